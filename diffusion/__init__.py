@@ -1,0 +1,1 @@
+"""Entity-centric diffusion planners (flat and hierarchical)."""

@@ -1,0 +1,69 @@
+"""Scenes, tasks, compositional splits, scripted experts and gymnasium registration.
+
+Importing this package registers ``ecrl/Push-v0`` (every option as a keyword of ``gym.make``),
+``ecrl/Push1-v0`` … ``ecrl/Push3-v0`` and a few named variants.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from ecrl.envs.expert import ScriptedExpert
+from ecrl.envs.layout import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, PALETTE, SHAPES
+from ecrl.envs.push import PushEnv
+from ecrl.envs.splits import COLOUR_SHAPE, SHAPE_GOAL, SPLITS, CompositionalSplit, HeldOut
+from ecrl.envs.task import GOAL_KINDS, MAX_OBJECTS, ObjectSpec, RandomTasks, TaskSpec
+
+__all__ = [
+    "COLOUR_SHAPE",
+    "ENTITY_DIM",
+    "ENTITY_FIELDS",
+    "GOAL_DIM",
+    "GOAL_FIELDS",
+    "GOAL_KINDS",
+    "MAX_OBJECTS",
+    "PALETTE",
+    "REGISTERED_IDS",
+    "SHAPES",
+    "SHAPE_GOAL",
+    "SPLITS",
+    "CompositionalSplit",
+    "HeldOut",
+    "ObjectSpec",
+    "PushEnv",
+    "RandomTasks",
+    "ScriptedExpert",
+    "TaskSpec",
+    "make_env",
+]
+
+
+def make_env(spec: TaskSpec | dict, **kwargs: Any) -> gym.Env:
+    """The environment of a task (wrapped by ``gym.make`` like every registered id).
+
+    Args:
+        spec: the task, or its dict form (``TaskSpec.to_dict``).
+        **kwargs: any :class:`PushEnv` option (``n_max``, ``reward_type``, ``render_mode`` …).
+    """
+    if isinstance(spec, dict):
+        spec = TaskSpec.from_dict(spec)
+    if not isinstance(spec, TaskSpec):
+        raise ValueError(f"make_env expects a TaskSpec, got {type(spec).__name__}")
+    return gym.make("ecrl/Push-v0", task=spec, **kwargs)
+
+
+_VARIANTS: dict[str, dict[str, Any]] = {
+    "Push-v0": {},
+    **{f"Push{n}-v0": {"n_objects": n} for n in (1, 2, 3)},
+    "Push6-v0": {"n_objects": 6},
+    "PushAdjacent3-v0": {"n_objects": 3, "goal": "adjacent"},
+    "PushSort4-v0": {"n_objects": 4, "goal": "sort"},
+    "PushOrdered3-v0": {"n_objects": 3, "goal": "ordered"},
+}
+REGISTERED_IDS: tuple[str, ...] = tuple(f"ecrl/{name}" for name in _VARIANTS)
+
+for _name, _kwargs in _VARIANTS.items():
+    if f"ecrl/{_name}" not in gym.registry:
+        gym.register(f"ecrl/{_name}", entry_point="ecrl.envs.push:PushEnv", kwargs=_kwargs)

@@ -1,0 +1,99 @@
+"""The entity row layouts every ``ecrl`` environment writes and every model reads.
+
+An observation is a set of rows, one per entity, padded with all-zero rows to a fixed ``n_max``.
+A row never says *which slot* it is: only what the entity is (type, shape, size, colour) and
+where it is. Models therefore cannot tie parameters to an object index, and a model trained on
+3 objects reads a scene with 12.
+
+Entity row (``ENTITY_DIM`` features), used by ``obs["observation"]`` (agent row + object rows):
+
+=========  =====  ===============================================================
+field      width  meaning
+=========  =====  ===============================================================
+present    1      1 for a real entity, 0 for a padded row (a padded row is all 0)
+is_agent   1      1 for the end effector
+is_object  1      1 for a manipulable object
+position   3      x, y, z in metres, table centre at x = y = 0, table top at z = 0
+yaw        2      sin(yaw), cos(yaw)
+velocity   3      linear velocity in m/s
+size       3      half extents in metres (x, y, z)
+shape      S      one-hot over :data:`SHAPES`
+colour     3      RGB in [0, 1] (:data:`PALETTE`)
+=========  =====  ===============================================================
+
+Goal row (``GOAL_DIM`` features), shared by ``achieved_goal`` and ``desired_goal`` so that HER's
+relabelling (a future achieved goal becomes the desired goal) is a plain copy:
+
+=========  =====  ===============================================================
+present    1      as above
+position   3      the object's position (achieved) or its target (desired)
+size       3      the attributes of the object the row refers to, so that a model
+shape      S      matches objects to goals by attributes, never by slot
+colour     3
+rank       1      ``ordered`` goals: (k + 1) / N for the k-th target to fill; else 0
+=========  =====  ===============================================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SHAPES: tuple[str, ...] = ("cube", "cylinder", "sphere")
+"""Object shapes, in one-hot order."""
+
+PALETTE: dict[str, tuple[float, float, float]] = {
+    "red": (0.90, 0.15, 0.15),
+    "green": (0.15, 0.75, 0.20),
+    "blue": (0.15, 0.35, 0.95),
+    "yellow": (0.95, 0.85, 0.10),
+    "cyan": (0.10, 0.85, 0.90),
+    "magenta": (0.90, 0.20, 0.80),
+    "orange": (1.00, 0.55, 0.05),
+    "purple": (0.50, 0.20, 0.75),
+    "white": (0.95, 0.95, 0.95),
+    "brown": (0.55, 0.35, 0.15),
+}
+"""Named object colours (RGB in [0, 1])."""
+
+AGENT_RGB = (0.35, 0.35, 0.35)
+N_SHAPES = len(SHAPES)
+
+
+def _slices(widths: dict[str, int]) -> tuple[dict[str, slice], int]:
+    out, start = {}, 0
+    for name, width in widths.items():
+        out[name] = slice(start, start + width)
+        start += width
+    return out, start
+
+
+ENTITY_FIELDS, ENTITY_DIM = _slices(
+    {
+        "present": 1,
+        "is_agent": 1,
+        "is_object": 1,
+        "position": 3,
+        "yaw": 2,
+        "velocity": 3,
+        "size": 3,
+        "shape": N_SHAPES,
+        "colour": 3,
+    }
+)
+GOAL_FIELDS, GOAL_DIM = _slices(
+    {"present": 1, "position": 3, "size": 3, "shape": N_SHAPES, "colour": 3, "rank": 1}
+)
+
+# Goal columns that identify *what* an object is (not where): rows agreeing on these are the
+# same kind of object, hence interchangeable for set-matching goals.
+GOAL_ATTRIBUTES = slice(GOAL_FIELDS["size"].start, GOAL_FIELDS["colour"].stop)
+GOAL_COLOUR = GOAL_FIELDS["colour"]
+GOAL_POSITION = GOAL_FIELDS["position"]
+GOAL_PRESENT = GOAL_FIELDS["present"].start
+
+
+def shape_one_hot(shape: str) -> np.ndarray:
+    """``(S,)`` one-hot of ``shape`` over :data:`SHAPES`."""
+    out = np.zeros(N_SHAPES)
+    out[SHAPES.index(shape)] = 1.0
+    return out

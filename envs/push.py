@@ -1,0 +1,354 @@
+"""The planar push environment: a pusher moves objects on a table to goal configurations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+from ecrl.envs import goals
+from ecrl.envs.layout import (
+    AGENT_RGB,
+    ENTITY_DIM,
+    ENTITY_FIELDS,
+    GOAL_DIM,
+    GOAL_FIELDS,
+    PALETTE,
+    SHAPES,
+    shape_one_hot,
+)
+from ecrl.envs.scene import AGENT_HALF_HEIGHT, AGENT_RADIUS, CAMERAS, SUBSTEPS, build_model, scatter
+from ecrl.envs.splits import SPLITS, CompositionalSplit
+from ecrl.envs.task import RandomTasks, TaskDistribution, TaskSpec, _check_n
+
+MAX_DISPLACEMENT = 0.03
+"""Metres the pusher's set point moves per step at action magnitude 1 (per axis)."""
+
+_E, _G = ENTITY_FIELDS, GOAL_FIELDS
+_POS_XY = slice(_E["position"].start, _E["position"].start + 2)
+_VEL_XY = slice(_E["velocity"].start, _E["velocity"].start + 2)
+_SIN, _COS = _E["yaw"].start, _E["yaw"].start + 1
+_GOAL_XY = slice(_G["position"].start, _G["position"].start + 2)
+
+
+class PushEnv(gym.Env):
+    """Push ``N`` objects to a goal configuration with a planar pusher.
+
+    Observations are a flat ``Dict`` of entity rows (see :mod:`ecrl.envs.layout`) padded with zero
+    rows to ``n_max`` objects: ``observation`` ``(1 + n_max, ENTITY_DIM)`` (agent row first),
+    ``achieved_goal`` and ``desired_goal`` ``(n_max, GOAL_DIM)``. The action is a displacement of
+    the pusher's set point, ``(2,)`` in ``[-1, 1]`` (× :data:`MAX_DISPLACEMENT` metres).
+
+    An object is *placed* when it is within ``distance_threshold`` of the target it is optimally
+    assigned to (within its group of interchangeable objects). ``info`` carries ``is_success``
+    (every object placed) and ``fraction_placed`` on every step.
+
+    ``ordered`` goals: a target's *fill time* is the step at which an object last arrived on it
+    (it resets when the object leaves). The episode succeeds when every target is filled and fill
+    times do not decrease along the ranks, so an object placed out of turn must be moved off and
+    back after its predecessors. ``fraction_placed`` counts the longest in-order prefix of filled
+    targets. :meth:`compute_reward` reads positions only (HER relabels goals without history), so
+    order shapes success, not reward.
+
+    Args:
+        task: a :class:`TaskSpec` (fixed objects), or any task distribution drawn from at each reset.
+            ``None`` draws random objects: ``n_objects`` of them, goal kind ``goal``.
+        n_objects: number of objects when ``task`` and ``split`` are not given.
+        goal: goal kind when ``task`` is not given.
+        split: a :class:`CompositionalSplit` or the name of a preset in ``SPLITS``; resets draw
+            tasks of its ``part``.
+        part: ``"train"`` or ``"test"``.
+        n_max: rows to pad to (``>= n_objects``); defaults to ``n_objects``.
+        reward_type: ``"sparse"`` (-fraction of objects not placed) or ``"dense"`` (-mean distance).
+        distance_threshold: metres within which an object counts as placed.
+        table_size: side of the square table in metres.
+        render_mode: ``"rgb_array"`` or ``"depth_array"``.
+        camera: the camera :meth:`render` uses (one of :data:`~ecrl.envs.scene.CAMERAS`).
+        width, height: image size in pixels.
+    """
+
+    metadata = {"render_modes": ["rgb_array", "depth_array"], "render_fps": 20}
+
+    def __init__(
+        self,
+        task: TaskSpec | TaskDistribution | None = None,
+        *,
+        n_objects: int = 3,
+        goal: str = "positions",
+        split: str | CompositionalSplit | None = None,
+        part: str = "train",
+        n_max: int | None = None,
+        reward_type: str = "sparse",
+        distance_threshold: float = 0.04,
+        table_size: float = 0.6,
+        render_mode: str | None = None,
+        camera: str = "front",
+        width: int = 96,
+        height: int = 96,
+    ) -> None:
+        if isinstance(split, str):
+            if split not in SPLITS:
+                raise ValueError(f"unknown split {split!r}: expected one of {list(SPLITS)}")
+            split = SPLITS[split]
+        if task is None:
+            task = split.tasks(part, n_objects, goal) if split is not None else RandomTasks(n_objects, goal)
+        elif isinstance(task, dict):
+            task = TaskSpec.from_dict(task)
+        if not hasattr(task, "sample"):
+            raise ValueError(f"task must be a TaskSpec or a task distribution, got {type(task).__name__}")
+        n = _check_n(task.n_objects)
+        n_max = n if n_max is None else _check_n(n_max)
+        if n_max < n:
+            raise ValueError(f"n_max must be >= n_objects ({n}), got {n_max}")
+        if reward_type not in goals.REWARD_TYPES:
+            raise ValueError(f"unknown reward_type {reward_type!r}: expected one of {list(goals.REWARD_TYPES)}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"unknown render_mode {render_mode!r}: expected one of {self.metadata['render_modes']}")
+        if camera not in CAMERAS:
+            raise ValueError(f"unknown camera {camera!r}: expected one of {list(CAMERAS)}")
+        if not (16 <= width <= 256 and 16 <= height <= 256):
+            raise ValueError(f"width and height must be in 16 … 256 pixels, got {width}x{height}")
+        if not distance_threshold > 0:
+            raise ValueError(f"distance_threshold must be positive, got {distance_threshold!r}")
+
+        self.task, self.n_objects, self.n_max = task, n, n_max
+        self.reward_type, self.distance_threshold = reward_type, float(distance_threshold)
+        self.table_size, self.render_mode, self.camera = float(table_size), render_mode, camera
+        self.width, self.height = width, height
+        # Fail now, not at the first reset, if N bodies cannot fit the table.
+        scatter(np.random.default_rng(0), np.full(n + 1, 0.03), self.table_size)
+
+        self.model = build_model(n, self.table_size)
+        self.data = mujoco.MjData(self.model)
+        self._renderer: mujoco.Renderer | None = None
+        m = self.model
+        self._geom = np.array(
+            [[m.geom(f"obj{i}_{s}").id for s in SHAPES] for i in range(n)], dtype=np.int64
+        )  # (N, S)
+        self._goal_site = np.array([m.site(f"goal{i}").id for i in range(n)])
+        self._obj_body = np.array([m.body(f"obj{i}").id for i in range(n)])
+        self._agent_geom = m.geom("agent").id
+        self._obj_joint = np.array([[m.joint(f"obj{i}_{a}").id for a in "xy"] for i in range(n)])
+
+        self.observation_space = gym.spaces.Dict(
+            {
+                "observation": gym.spaces.Box(-np.inf, np.inf, (1 + n_max, ENTITY_DIM), np.float64),
+                "achieved_goal": gym.spaces.Box(-np.inf, np.inf, (n_max, GOAL_DIM), np.float64),
+                "desired_goal": gym.spaces.Box(-np.inf, np.inf, (n_max, GOAL_DIM), np.float64),
+            }
+        )
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.spec_: TaskSpec | None = None
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        spec = (options or {}).get("task") or self.task.sample(self.np_random)
+        if isinstance(spec, dict):
+            spec = TaskSpec.from_dict(spec)
+        if spec.n_objects != self.n_objects:
+            raise ValueError(f"this env simulates {self.n_objects} objects, the task has {spec.n_objects}")
+        self._apply_spec(spec)
+        rng, n = self.np_random, self.n_objects
+        # Scene: agent and objects on distinct cells; targets away from their objects.
+        start = scatter(rng, np.concatenate([[AGENT_RADIUS], self._sizes]), self.table_size)
+        for _ in range(50):
+            targets, ranks = goals.sample_targets(rng, spec, self._sizes, self.table_size)
+            dist = goals.assigned_distances(
+                self._with_z(start[None, 1:]), self._with_z(targets[None]), self._same
+            )
+            if (dist > 2 * self.distance_threshold).all():
+                break
+        self._set_targets(targets, ranks)
+        qpos = self.data.qpos
+        mujoco.mj_resetData(self.model, self.data)
+        qpos[0:2] = start[0]
+        self._obj_qpos[:, :2] = start[1:]
+        self._obj_qpos[:, 2] = rng.uniform(-np.pi, np.pi, n)
+        self.data.ctrl[:] = start[0]
+        mujoco.mj_forward(self.model, self.data)
+        self._steps = 0
+        self._fill_time = np.full(n, np.inf)
+        obs = self._get_obs()
+        return obs, self._info(self._placed())
+
+    def _apply_spec(self, spec: TaskSpec) -> None:
+        """Switch on each object's shape geom, colour and size; precompute the constant parts of rows."""
+        m, n = self.model, self.n_objects
+        self.spec_ = spec
+        sizes = np.array([o.size for o in spec.objects])
+        shapes = np.array([SHAPES.index(o.shape) for o in spec.objects])
+        rgb = np.array([PALETTE[o.colour] for o in spec.objects])
+        self._sizes = sizes
+        m.geom_contype[self._geom] = 0
+        m.geom_conaffinity[self._geom] = 0
+        m.geom_rgba[self._geom] = 0.0
+        on = self._geom[np.arange(n), shapes]
+        m.geom_contype[on] = 1
+        m.geom_conaffinity[on] = 1
+        m.geom_rgba[on, :3] = rgb
+        m.geom_rgba[on, 3] = 1.0
+        m.geom_size[on] = sizes[:, None]
+        m.geom_rbound[on] = sizes * np.sqrt(3)
+        m.body_pos[self._obj_body, 2] = sizes
+        m.jnt_range[self._obj_joint] = np.stack([-(self.table_size / 2 - sizes), self.table_size / 2 - sizes], -1)[
+            :, None
+        ]
+        m.site_size[self._goal_site, 0] = sizes
+        m.site_rgba[self._goal_site, :3] = rgb
+        m.site_rgba[self._goal_site, 3] = 0.45
+        self._obj_qpos = self.data.qpos[2 : 2 + 3 * n].reshape(n, 3)
+        self._obj_qvel = self.data.qvel[2 : 2 + 3 * n].reshape(n, 3)
+
+        obs = np.zeros((1 + self.n_max, ENTITY_DIM))
+        obs[: 1 + n, _E["present"]] = 1.0
+        obs[0, _E["is_agent"]] = 1.0
+        obs[0, _E["position"].start + 2] = AGENT_HALF_HEIGHT
+        obs[0, _E["size"]] = (AGENT_RADIUS, AGENT_RADIUS, AGENT_HALF_HEIGHT)
+        obs[0, _E["colour"]] = AGENT_RGB
+        obs[0, _COS] = 1.0
+        rows = slice(1, 1 + n)
+        obs[rows, _E["is_object"]] = 1.0
+        obs[rows, _E["position"].start + 2] = sizes
+        obs[rows, _E["size"]] = sizes[:, None]
+        obs[rows, _E["shape"]] = np.stack([shape_one_hot(o.shape) for o in spec.objects])
+        obs[rows, _E["colour"]] = rgb
+        self._obs_template = obs
+        goal = np.zeros((self.n_max, GOAL_DIM))
+        goal[:n, _G["present"]] = 1.0
+        goal[:n, _G["position"].start + 2] = sizes
+        goal[:n, _G["size"]] = sizes[:, None]
+        goal[:n, _G["shape"]] = obs[rows, _E["shape"]]
+        goal[:n, _G["colour"]] = rgb
+        self._goal_template = goal
+        self._by_colour = spec.goal == "sort"
+        self._same = goals.same_group(goal[None, :n], self._by_colour)
+
+    def _set_targets(self, targets: np.ndarray, ranks: np.ndarray) -> None:
+        n = self.n_objects
+        desired = self._goal_template.copy()
+        desired[:n, _GOAL_XY] = targets
+        desired[:n, _G["rank"].start] = ranks
+        self._goal_template[:n, _G["rank"].start] = ranks
+        self._desired = desired
+        self._target_pos = desired[None, :n, _G["position"]]
+        self._rank_order = np.argsort(ranks) if self.spec_.goal == "ordered" else None
+        self.model.site_pos[self._goal_site, :2] = targets
+
+    def _with_z(self, xy: np.ndarray) -> np.ndarray:
+        return np.concatenate([xy, np.broadcast_to(self._sizes[:, None], (*xy.shape[:-1], 1))], -1)
+
+    # ------------------------------------------------------------------ step
+    def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool, dict]:
+        a = np.asarray(action, dtype=np.float64)
+        if a.shape != (2,) or not np.isfinite(a).all():
+            raise ValueError(f"action must be a finite array of shape (2,), got {a.shape} {a!r}")
+        self.data.ctrl[:] = self.data.qpos[:2] + np.clip(a, -1.0, 1.0) * MAX_DISPLACEMENT
+        mujoco.mj_step(self.model, self.data, nstep=SUBSTEPS)
+        self._steps += 1
+        obs = self._get_obs()
+        placed = self._placed()
+        info = self._info(placed)
+        if self.reward_type == "sparse":
+            reward = -1.0 + placed.mean()
+        else:
+            reward = -float(self._dist.mean())
+        truncated = self._steps >= self.spec_.max_steps
+        return obs, float(reward), False, truncated, info
+
+    def _get_obs(self) -> dict[str, np.ndarray]:
+        n, q, v = self.n_objects, self._obj_qpos, self._obj_qvel
+        obs = self._obs_template.copy()
+        obs[0, _POS_XY] = self.data.qpos[:2]
+        obs[0, _VEL_XY] = self.data.qvel[:2]
+        obs[1 : 1 + n, _POS_XY] = q[:, :2]
+        obs[1 : 1 + n, _SIN] = np.sin(q[:, 2])
+        obs[1 : 1 + n, _COS] = np.cos(q[:, 2])
+        obs[1 : 1 + n, _VEL_XY] = v[:, :2]
+        achieved = self._goal_template.copy()
+        achieved[:n, _GOAL_XY] = q[:, :2]
+        self._achieved = achieved
+        return {"observation": obs, "achieved_goal": achieved, "desired_goal": self._desired.copy()}
+
+    def _placed(self) -> np.ndarray:
+        """``(N,)`` bool per target: an object is on it (and records fill times for ordered goals)."""
+        n = self.n_objects
+        self._dist = goals.assigned_distances(self._achieved[None, :n, _G["position"]], self._target_pos, self._same)[0]
+        placed = self._dist <= self.distance_threshold
+        if self._rank_order is not None:
+            self._fill_time = np.where(placed, np.minimum(self._fill_time, self._steps), np.inf)
+        return placed
+
+    def _info(self, placed: np.ndarray) -> dict[str, Any]:
+        if self._rank_order is None:
+            fraction = placed.mean()
+        else:
+            times = self._fill_time[self._rank_order]
+            in_order = np.isfinite(times) & (times >= np.maximum.accumulate(times))
+            fraction = np.cumprod(in_order).sum() / self.n_objects
+        return {"is_success": bool(fraction == 1.0), "fraction_placed": float(fraction)}
+
+    def compute_reward(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any) -> Any:
+        """Reward for goal rows with any leading batch shape; ``info``: a dict or a sequence of dicts."""
+        return goals.compute_reward(
+            achieved_goal,
+            desired_goal,
+            info,
+            threshold=self.distance_threshold,
+            reward_type=self.reward_type,
+            by_colour=self._by_colour if self.spec_ is not None else False,
+        )
+
+    # ------------------------------------------------------------------ rendering
+    def _render_with(self, camera: str, depth: bool = False, segmentation: bool = False) -> np.ndarray:
+        if camera not in CAMERAS:
+            raise ValueError(f"unknown camera {camera!r}: expected one of {list(CAMERAS)}")
+        if self._renderer is None:
+            self._renderer = mujoco.Renderer(self.model, self.height, self.width)
+        r = self._renderer
+        r.enable_depth_rendering() if depth else r.disable_depth_rendering()
+        r.enable_segmentation_rendering() if segmentation else r.disable_segmentation_rendering()
+        r.update_scene(self.data, camera=camera)
+        return r.render()
+
+    def render(self) -> np.ndarray | None:
+        """``(H, W, 3) uint8`` for ``rgb_array``, ``(H, W) float32`` metres for ``depth_array``."""
+        if self.render_mode is None:
+            gym.logger.warn("render() called without a render_mode; pass render_mode='rgb_array' to make()")
+            return None
+        return self._render_with(self.camera, depth=self.render_mode == "depth_array").copy()
+
+    def render_views(self, cameras: tuple[str, ...] = CAMERAS) -> dict[str, np.ndarray]:
+        """RGB images ``{camera: (H, W, 3) uint8}`` from several named cameras."""
+        return {c: self._render_with(c).copy() for c in cameras}
+
+    def render_segmentation(self, camera: str = "front") -> np.ndarray:
+        """``(H, W) int16`` labels: 0 background, ``k + 1`` for the entity in observation row ``k``.
+
+        The agent (row 0) is 1 and object ``i`` is ``i + 2``, so ``labels - 1`` indexes ``obs["observation"]``.
+        """
+        seg = self._render_with(camera, segmentation=True)
+        ids, kinds = seg[..., 0], seg[..., 1]
+        lut = np.zeros(self.model.ngeom + 1, dtype=np.int16)
+        lut[self._agent_geom] = 1
+        lut[self._geom] = np.arange(2, self.n_objects + 2)[:, None]
+        labels = lut[np.where(kinds == int(mujoco.mjtObj.mjOBJ_GEOM), ids, self.model.ngeom)]
+        return labels
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_renderer"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        # MjData pickles its own copy of qpos: re-point the views into it.
+        self._obj_qpos = self.data.qpos[2 : 2 + 3 * self.n_objects].reshape(self.n_objects, 3)
+        self._obj_qvel = self.data.qvel[2 : 2 + 3 * self.n_objects].reshape(self.n_objects, 3)

@@ -1,0 +1,141 @@
+"""MuJoCo scenes for the planar pusher: one compiled model per number of objects, reused across resets.
+
+Every object body carries one geom per shape in :data:`~ecrl.envs.layout.SHAPES`; a reset switches
+the right one on (contact bits, colour) and resizes it, so changing objects never recompiles.
+Objects move on planar joints (slide x, slide y, hinge yaw) with damping standing in for table
+friction: no object-table contacts, only object-object and pusher-object ones.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import mujoco
+import numpy as np
+
+from ecrl.envs.layout import AGENT_RGB, SHAPES
+
+TIMESTEP = 0.005
+SUBSTEPS = 10
+"""Physics steps per control step (20 Hz control)."""
+AGENT_RADIUS = 0.015
+AGENT_HALF_HEIGHT = 0.04
+CLEARANCE = 0.01
+"""Minimum gap between any two bodies (and between a target and its object) at reset."""
+OBJECT_MASS = 0.1
+
+_CAMERAS = {
+    "front": 'pos="0 -0.62 0.52" xyaxes="1 0 0 0 0.64 0.77"',
+    "top": 'pos="0 0 0.78" xyaxes="1 0 0 0 1 0"',
+}
+CAMERAS: tuple[str, ...] = tuple(_CAMERAS)
+"""Named cameras every scene has."""
+
+
+def _object_body(i: int, half: float) -> str:
+    # Size 0.025 at compile time; resets resize and move it (see PushEnv._apply_spec).
+    s = 0.025
+    geoms = {"cube": f'type="box" size="{s} {s} {s}"', "cylinder": f'type="cylinder" size="{s} {s}"'}
+    geoms["sphere"] = f'type="sphere" size="{s}"'
+    shape_geoms = "\n".join(
+        f'      <geom name="obj{i}_{shape}" {geoms[shape]} contype="0" conaffinity="0" rgba="0 0 0 0"/>'
+        for shape in SHAPES
+    )
+    joint = f'damping="4" limited="true" range="{-half} {half}"'
+    return f"""
+    <body name="obj{i}" pos="0 0 {s}">
+      <inertial pos="0 0 0" mass="{OBJECT_MASS}" diaginertia="4e-5 4e-5 4e-5"/>
+      <joint name="obj{i}_x" type="slide" axis="1 0 0" {joint}/>
+      <joint name="obj{i}_y" type="slide" axis="0 1 0" {joint}/>
+      <joint name="obj{i}_yaw" type="hinge" axis="0 0 1" damping="0.004"/>
+{shape_geoms}
+    </body>
+    <site name="goal{i}" type="cylinder" size="{s} 0.0005" pos="0 0 0.0005" rgba="0 0 0 0"/>"""
+
+
+def scene_xml(n_objects: int, table_size: float) -> str:
+    """MJCF of a pusher and ``n_objects`` objects on a square table of side ``table_size`` metres."""
+    half = table_size / 2
+    cameras = "\n".join(f'    <camera name="{n}" {pose}/>' for n, pose in _CAMERAS.items())
+    objects = "".join(_object_body(i, half) for i in range(n_objects))
+    ah = half - AGENT_RADIUS
+    r, hh = AGENT_RADIUS, AGENT_HALF_HEIGHT
+    return f"""<mujoco model="ecrl_push_{n_objects}">
+  <compiler angle="radian"/>
+  <option timestep="{TIMESTEP}" integrator="implicitfast" gravity="0 0 0">
+    <flag energy="disable"/>
+  </option>
+  <visual>
+    <quality shadowsize="0" offsamples="0"/>
+    <global offwidth="256" offheight="256"/>
+  </visual>
+  <default><geom friction="0.4 0.005 0.0001" condim="3"/></default>
+  <worldbody>
+    <light name="sun" pos="0 0 2" dir="0 0 -1" directional="true" castshadow="false" diffuse="0.8 0.8 0.8"/>
+    <geom name="floor" type="plane" size="1 1 0.01" pos="0 0 -0.05" rgba="0.25 0.27 0.3 1" contype="0" conaffinity="0"/>
+    <geom name="table" type="box" size="{half} {half} 0.025" pos="0 0 -0.025" rgba="0.78 0.72 0.62 1" contype="0" conaffinity="0"/>
+{cameras}
+    <body name="agent" pos="0 0 {hh}">
+      <inertial pos="0 0 0" mass="1" diaginertia="1e-3 1e-3 1e-3"/>
+      <joint name="agent_x" type="slide" axis="1 0 0" limited="true" range="{-ah} {ah}"/>
+      <joint name="agent_y" type="slide" axis="0 1 0" limited="true" range="{-ah} {ah}"/>
+      <geom name="agent" type="cylinder" size="{r} {hh}" rgba="{" ".join(map(str, AGENT_RGB))} 1"/>
+    </body>{objects}
+  </worldbody>
+  <actuator>
+    <position name="agent_x" joint="agent_x" kp="1500" kv="60" ctrllimited="true" ctrlrange="{-ah} {ah}"/>
+    <position name="agent_y" joint="agent_y" kp="1500" kv="60" ctrllimited="true" ctrlrange="{-ah} {ah}"/>
+  </actuator>
+</mujoco>"""
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(n_objects: int, table_size: float) -> mujoco.MjModel:
+    return mujoco.MjModel.from_xml_string(scene_xml(n_objects, table_size))
+
+
+def build_model(n_objects: int, table_size: float) -> mujoco.MjModel:
+    """A private copy of the compiled scene (compiled once per ``(n_objects, table_size)``)."""
+    import copy
+
+    return copy.copy(_compiled(n_objects, float(table_size)))
+
+
+def grid_cells(table_size: float, cell: float) -> np.ndarray:
+    """``(C, 2)`` centres of a square grid of ``cell``-sized cells covering the table."""
+    per_side = int(table_size // cell)
+    offsets = (np.arange(per_side) - (per_side - 1) / 2) * cell
+    gx, gy = np.meshgrid(offsets, offsets, indexing="ij")
+    return np.stack([gx.ravel(), gy.ravel()], axis=1)
+
+
+def scatter(rng: np.random.Generator, radii: np.ndarray, table_size: float) -> np.ndarray:
+    """``(K, 2)`` non-overlapping positions for discs of ``radii: (K,)`` (at least ``CLEARANCE`` apart).
+
+    Each disc gets its own grid cell (sized for the largest disc) and a uniform jitter inside it,
+    so no rejection loop is needed. Raises ``ValueError`` when the discs cannot fit the table.
+    """
+    cell = 2 * float(radii.max()) + CLEARANCE
+    cells = grid_cells(table_size, cell)
+    if len(radii) > len(cells):
+        raise ValueError(
+            f"{len(radii)} bodies of radius up to {radii.max():.3f} m do not fit a {table_size} m table "
+            f"(room for {len(cells)}): use fewer or smaller objects, or a larger table_size"
+        )
+    chosen = cells[rng.choice(len(cells), size=len(radii), replace=False)]
+    slack = (cell - CLEARANCE) / 2 - radii
+    return chosen + rng.uniform(-1, 1, size=(len(radii), 2)) * slack[:, None]
+
+
+def cluster(centre: np.ndarray, n: int, spacing: float) -> np.ndarray:
+    """``(n, 2)`` points of a compact square grid (row by row) with ``spacing``, centred on ``centre``."""
+    cols = int(np.ceil(np.sqrt(n)))
+    rows = int(np.ceil(n / cols))
+    idx = np.arange(n)
+    grid = np.stack([idx % cols - (cols - 1) / 2, idx // cols - (rows - 1) / 2], axis=1)
+    return centre + grid * spacing
+
+
+def cluster_extent(n: int, spacing: float) -> float:
+    """Half width of :func:`cluster`'s grid for ``n`` points, from centre to the outermost point."""
+    return (int(np.ceil(np.sqrt(n))) - 1) / 2 * spacing

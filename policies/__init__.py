@@ -1,0 +1,1 @@
+"""Entity-centric RL policies (Entity Interaction Transformer, baselines, SB3 bridge)."""
