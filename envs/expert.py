@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
-from scipy.optimize import linear_sum_assignment
-
 from ecrl.envs.goals import same_group
 from ecrl.envs.layout import ENTITY_FIELDS, GOAL_FIELDS
 from ecrl.envs.push import MAX_DISPLACEMENT, PushEnv
 from ecrl.envs.scene import AGENT_RADIUS
+from scipy.optimize import linear_sum_assignment
+from scipy.sparse.csgraph import dijkstra
 
 _E, _G = ENTITY_FIELDS, GOAL_FIELDS
 _XY = slice(_E["position"].start, _E["position"].start + 2)
@@ -46,8 +46,10 @@ class ScriptedExpert:
         rows = obs["observation"]
         if rows.ndim != 2:
             raise ValueError(f"act takes one observation, got observation of shape {rows.shape}")
-        agent = rows[rows[:, _E["is_agent"]] > 0.5][0, _XY]
-        objects = np.flatnonzero((rows[:, _E["is_object"]] > 0.5) & (rows[:, _E["present"]] > 0.5))
+        agent = rows[rows[:, _E["is_agent"].start] > 0.5][0, _XY]
+        objects = np.flatnonzero(
+            (rows[:, _E["is_object"].start] > 0.5) & (rows[:, _E["present"].start] > 0.5)
+        )
         n = len(objects)
         pos, sizes = rows[objects, _XY], rows[objects, _SIZE]
         desired = obs["desired_goal"][:n]
@@ -61,17 +63,43 @@ class ScriptedExpert:
         if not todo.any():
             return np.zeros(2, dtype=np.float32)
         if self.env.spec_.goal == "ordered":
-            # Work on the lowest-rank target that is not filled yet.
-            rank_of_obj = desired[goal_of, _G["rank"].start]
-            self._current = int(np.argmin(np.where(todo, rank_of_obj, np.inf)))
-        elif self._current is None or self._current >= n or not todo[self._current]:
+            return self._ordered(agent, pos, sizes, targets, goal_of)
+        if self._current is None or self._current >= n or not todo[self._current]:
             reach = np.linalg.norm(pos - agent, axis=-1) + 1e3 * ~todo
             self._current = int(np.argmin(reach))
         i = self._current
-        return self._push(agent, pos[i], targets[goal_of[i]], sizes[i])
+        return self._push(agent, i, targets[goal_of[i]], pos, sizes)
 
-    @staticmethod
-    def _push(agent: np.ndarray, obj: np.ndarray, target: np.ndarray, size: float) -> np.ndarray:
+    def _ordered(
+        self, agent: np.ndarray, pos: np.ndarray, sizes: np.ndarray, targets: np.ndarray, goal_of: np.ndarray
+    ) -> np.ndarray:
+        """Fill targets by rank; first clear any later target that is filled out of turn (privileged state)."""
+        order, times = self.env.target_order, self.env.fill_times
+        ordered_times = times[order]
+        in_order = np.isfinite(ordered_times) & (ordered_times >= np.maximum.accumulate(ordered_times))
+        done = int(np.cumprod(in_order).sum())
+        object_on = np.empty(len(goal_of), dtype=np.int64)
+        object_on[goal_of] = np.arange(len(goal_of))
+        early = [t for t in order[done:] if np.isfinite(times[t])]
+        if early:
+            # Push the nearest out-of-turn object radially off its target (towards the table centre
+            # if that would leave the table).
+            i = min((object_on[t] for t in early), key=lambda i: np.linalg.norm(pos[i] - agent))
+            target = targets[goal_of[i]]
+            radial = pos[i] - target
+            radial = radial / np.linalg.norm(radial) if np.linalg.norm(radial) > 1e-3 else -target
+            spot = target + radial * 2.5 * self.env.distance_threshold
+            if np.abs(spot).max() > self.env.table_size / 2 - sizes[i] - 0.01:
+                spot = target - target / max(np.linalg.norm(target), 1e-9) * 2.5 * self.env.distance_threshold
+            return self._push(agent, i, spot, pos, sizes)
+        i = object_on[order[done]]
+        return self._push(agent, i, targets[goal_of[i]], pos, sizes)
+
+    def _push(
+        self, agent: np.ndarray, i: int, target: np.ndarray, pos: np.ndarray, sizes: np.ndarray
+    ) -> np.ndarray:
+        """Action that pushes object ``i`` (of all objects ``pos: (N, 2)``, ``sizes: (N,)``) towards ``target``."""
+        obj, size = pos[i], sizes[i]
         to_goal = target - obj
         remaining = np.linalg.norm(to_goal)
         u = to_goal / max(remaining, 1e-9)
@@ -83,29 +111,47 @@ class ScriptedExpert:
             # In contact from behind: drive the contact point so the object's centre ends on target.
             aim = obj - u * contact + u * min(remaining, MAX_DISPLACEMENT)
         else:
-            aim = _approach(agent, obj, u, perp, lateral, contact)
+            aim = plan_step(agent, obj - u * (contact + 0.01), pos, sizes + AGENT_RADIUS + 0.003)
         return np.clip((aim - agent) / MAX_DISPLACEMENT, -1.0, 1.0).astype(np.float32)
 
 
-def _approach(
-    agent: np.ndarray, obj: np.ndarray, u: np.ndarray, perp: np.ndarray, lateral: float, contact: float
-) -> np.ndarray:
-    """Next point on a collision-free walk to the push position behind ``obj``."""
-    side = 1.0 if lateral >= 0 else -1.0
-    clear = contact + 0.02
-    candidates = (
-        obj - u * (contact + 0.01),  # the push position itself
-        obj + (side * perp - u) * clear,  # diagonally behind, on the agent's side
-        obj + side * perp * clear,  # beside the object
+def _clear(starts: np.ndarray, ends: np.ndarray, centres: np.ndarray, radii: np.ndarray) -> np.ndarray:
+    """``(M, K)`` bool: segment ``m`` (``starts``/``ends``: ``(M, 2)``) keeps out of disc ``k``."""
+    d = ends - starts
+    t = (
+        np.einsum("mkx,mx->mk", centres[None] - starts[:, None], d)
+        / np.maximum((d * d).sum(-1), 1e-12)[:, None]
     )
-    for point in candidates:
-        if _segment_distance(obj, agent, point) >= contact + 0.003:
-            return point
-    return agent + side * perp * MAX_DISPLACEMENT  # boxed in front of the object: sidestep
+    closest = starts[:, None] + np.clip(t, 0.0, 1.0)[..., None] * d[:, None]
+    return np.linalg.norm(closest - centres[None], axis=-1) >= radii[None]
 
 
-def _segment_distance(p: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
-    """Distance from point ``p`` to segment ``ab``."""
-    ab = b - a
-    t = np.clip((p - a) @ ab / max(ab @ ab, 1e-12), 0.0, 1.0)
-    return float(np.linalg.norm(a + t * ab - p))
+def plan_step(agent: np.ndarray, goal: np.ndarray, centres: np.ndarray, radii: np.ndarray) -> np.ndarray:
+    """Next waypoint of a shortest collision-free walk from ``agent`` to ``goal`` among discs.
+
+    Visibility graph over points on a hexagon around each disc (``centres: (K, 2)``, ``radii: (K,)``
+    already inflated by the pusher's radius); shortest path by Dijkstra. Discs that contain an
+    endpoint are ignored for segments from that endpoint (the pusher may be touching an object).
+    """
+    angles = np.arange(6) * np.pi / 3
+    ring = np.stack([np.cos(angles), np.sin(angles)], -1)
+    nodes = (centres[:, None] + ring[None] * (radii[:, None, None] + 0.01) / np.cos(np.pi / 6)).reshape(-1, 2)
+    inside = np.linalg.norm(nodes[:, None] - centres[None], axis=-1) < radii[None]
+    points = np.concatenate([agent[None], goal[None], nodes[~inside.any(1)]])
+    m = len(points)
+    i, j = np.triu_indices(m, k=1)
+    ok = _clear(points[i], points[j], centres, radii)
+    # A segment may start inside the disc its endpoint touches; only foreign discs count.
+    holds = np.linalg.norm(points[:, None] - centres[None], axis=-1) < radii[None]  # (m, K)
+    ok = (ok | holds[i] | holds[j]).all(1)
+    if ok[(i == 0) & (j == 1)].all():
+        return goal
+    graph = np.zeros((m, m))
+    graph[i[ok], j[ok]] = np.linalg.norm(points[i[ok]] - points[j[ok]], axis=-1)
+    _, pred = dijkstra(graph, directed=False, indices=0, return_predecessors=True)
+    node = 1
+    if pred[node] < 0:
+        return goal  # no free path: head straight and let the object be nudged
+    while pred[node] != 0:
+        node = pred[node]
+    return points[node]

@@ -11,11 +11,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
-
 from ecrl.envs.layout import GOAL_ATTRIBUTES, GOAL_COLOUR, GOAL_DIM, GOAL_POSITION, GOAL_PRESENT
-from ecrl.envs.scene import CLEARANCE, cluster, cluster_extent, scatter
+from ecrl.envs.scene import CLEARANCE, cluster, cluster_extent, scatter, scatter_regions
 from ecrl.envs.task import TaskSpec
+from scipy.optimize import linear_sum_assignment
 
 REWARD_TYPES = ("sparse", "dense")
 
@@ -74,7 +73,11 @@ def goal_distances(achieved_goal: np.ndarray, desired_goal: np.ndarray, by_colou
     """
     achieved_goal = np.asarray(achieved_goal, dtype=np.float64)
     desired_goal = np.asarray(desired_goal, dtype=np.float64)
-    if achieved_goal.shape != desired_goal.shape or achieved_goal.ndim < 2 or achieved_goal.shape[-1] != GOAL_DIM:
+    if (
+        achieved_goal.shape != desired_goal.shape
+        or achieved_goal.ndim < 2
+        or achieved_goal.shape[-1] != GOAL_DIM
+    ):
         raise ValueError(
             f"achieved_goal and desired_goal must both be (..., M, {GOAL_DIM}); "
             f"got {achieved_goal.shape} and {desired_goal.shape}"
@@ -88,7 +91,9 @@ def goal_distances(achieved_goal: np.ndarray, desired_goal: np.ndarray, by_colou
     return dist.reshape(*lead, m), present.reshape(*lead, m)
 
 
-def reward_from_distances(dist: np.ndarray, present: np.ndarray, threshold: float, reward_type: str) -> np.ndarray:
+def reward_from_distances(
+    dist: np.ndarray, present: np.ndarray, threshold: float, reward_type: str
+) -> np.ndarray:
     """Reward per sample: ``sparse`` = -(fraction of objects not placed), ``dense`` = -mean distance (m)."""
     count = np.maximum(present.sum(-1), 1)
     if reward_type == "sparse":
@@ -136,7 +141,7 @@ def sample_targets(
         names = sorted(set(colours))
         members = [[i for i, c in enumerate(colours) if c == name] for name in names]
         radii = np.array([cluster_extent(len(m), spacing) * np.sqrt(2) + sizes.max() for m in members])
-        centres = scatter(rng, radii, table_size)
+        centres = scatter_regions(rng, radii, table_size)
         targets = np.zeros((n, 2))
         for centre, idx in zip(centres, members, strict=True):
             targets[idx] = cluster(centre, len(idx), spacing)[rng.permutation(len(idx))]

@@ -7,7 +7,6 @@ from typing import Any
 import gymnasium as gym
 import mujoco
 import numpy as np
-
 from ecrl.envs import goals
 from ecrl.envs.layout import (
     AGENT_RGB,
@@ -103,9 +102,13 @@ class PushEnv(gym.Env):
         if n_max < n:
             raise ValueError(f"n_max must be >= n_objects ({n}), got {n_max}")
         if reward_type not in goals.REWARD_TYPES:
-            raise ValueError(f"unknown reward_type {reward_type!r}: expected one of {list(goals.REWARD_TYPES)}")
+            raise ValueError(
+                f"unknown reward_type {reward_type!r}: expected one of {list(goals.REWARD_TYPES)}"
+            )
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"unknown render_mode {render_mode!r}: expected one of {self.metadata['render_modes']}")
+            raise ValueError(
+                f"unknown render_mode {render_mode!r}: expected one of {self.metadata['render_modes']}"
+            )
         if camera not in CAMERAS:
             raise ValueError(f"unknown camera {camera!r}: expected one of {list(CAMERAS)}")
         if not (16 <= width <= 256 and 16 <= height <= 256):
@@ -190,12 +193,15 @@ class PushEnv(gym.Env):
         m.geom_conaffinity[on] = 1
         m.geom_rgba[on, :3] = rgb
         m.geom_rgba[on, 3] = 1.0
+        # The broadphase skips bodies by these compile-time unions of their geoms' bits.
+        m.body_contype[self._obj_body] = 1
+        m.body_conaffinity[self._obj_body] = 1
         m.geom_size[on] = sizes[:, None]
         m.geom_rbound[on] = sizes * np.sqrt(3)
         m.body_pos[self._obj_body, 2] = sizes
-        m.jnt_range[self._obj_joint] = np.stack([-(self.table_size / 2 - sizes), self.table_size / 2 - sizes], -1)[
-            :, None
-        ]
+        m.jnt_range[self._obj_joint] = np.stack(
+            [-(self.table_size / 2 - sizes), self.table_size / 2 - sizes], -1
+        )[:, None]
         m.site_size[self._goal_site, 0] = sizes
         m.site_rgba[self._goal_site, :3] = rgb
         m.site_rgba[self._goal_site, 3] = 0.45
@@ -275,7 +281,9 @@ class PushEnv(gym.Env):
     def _placed(self) -> np.ndarray:
         """``(N,)`` bool per target: an object is on it (and records fill times for ordered goals)."""
         n = self.n_objects
-        self._dist = goals.assigned_distances(self._achieved[None, :n, _G["position"]], self._target_pos, self._same)[0]
+        self._dist = goals.assigned_distances(
+            self._achieved[None, :n, _G["position"]], self._target_pos, self._same
+        )[0]
         placed = self._dist <= self.distance_threshold
         if self._rank_order is not None:
             self._fill_time = np.where(placed, np.minimum(self._fill_time, self._steps), np.inf)
@@ -289,6 +297,16 @@ class PushEnv(gym.Env):
             in_order = np.isfinite(times) & (times >= np.maximum.accumulate(times))
             fraction = np.cumprod(in_order).sum() / self.n_objects
         return {"is_success": bool(fraction == 1.0), "fraction_placed": float(fraction)}
+
+    @property
+    def fill_times(self) -> np.ndarray:
+        """``(N,)`` per target, the step an object last arrived on it (``inf`` if empty); ``ordered`` goals only."""
+        return self._fill_time.copy()
+
+    @property
+    def target_order(self) -> np.ndarray | None:
+        """``(N,)`` target indices sorted by rank for ``ordered`` goals, else ``None``."""
+        return None if self._rank_order is None else self._rank_order.copy()
 
     def compute_reward(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any) -> Any:
         """Reward for goal rows with any leading batch shape; ``info``: a dict or a sequence of dicts."""

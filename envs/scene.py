@@ -12,8 +12,8 @@ import functools
 
 import mujoco
 import numpy as np
-
 from ecrl.envs.layout import AGENT_RGB, SHAPES
+from ecrl.envs.task import SIZE_RANGE
 
 TIMESTEP = 0.005
 SUBSTEPS = 10
@@ -23,6 +23,8 @@ AGENT_HALF_HEIGHT = 0.04
 CLEARANCE = 0.01
 """Minimum gap between any two bodies (and between a target and its object) at reset."""
 OBJECT_MASS = 0.1
+AGENT_REACH = 2 * (SIZE_RANGE[1] + AGENT_RADIUS) + CLEARANCE
+"""How far beyond the objects' area the pusher can go, so that it gets behind an object at the edge."""
 
 _CAMERAS = {
     "front": 'pos="0 -0.62 0.52" xyaxes="1 0 0 0 0.64 0.77"',
@@ -33,8 +35,9 @@ CAMERAS: tuple[str, ...] = tuple(_CAMERAS)
 
 
 def _object_body(i: int, half: float) -> str:
-    # Size 0.025 at compile time; resets resize and move it (see PushEnv._apply_spec).
-    s = 0.025
+    # Compiled at the largest size so that the compile-time bounding boxes used by the collision
+    # mid-phase stay conservative; resets resize and move it (see PushEnv._apply_spec).
+    s = SIZE_RANGE[1]
     geoms = {"cube": f'type="box" size="{s} {s} {s}"', "cylinder": f'type="cylinder" size="{s} {s}"'}
     geoms["sphere"] = f'type="sphere" size="{s}"'
     shape_geoms = "\n".join(
@@ -56,10 +59,11 @@ def _object_body(i: int, half: float) -> str:
 def scene_xml(n_objects: int, table_size: float) -> str:
     """MJCF of a pusher and ``n_objects`` objects on a square table of side ``table_size`` metres."""
     half = table_size / 2
+    r = AGENT_RADIUS
     cameras = "\n".join(f'    <camera name="{n}" {pose}/>' for n, pose in _CAMERAS.items())
     objects = "".join(_object_body(i, half) for i in range(n_objects))
-    ah = half - AGENT_RADIUS
-    r, hh = AGENT_RADIUS, AGENT_HALF_HEIGHT
+    ah = half + AGENT_REACH
+    hh = AGENT_HALF_HEIGHT
     return f"""<mujoco model="ecrl_push_{n_objects}">
   <compiler angle="radian"/>
   <option timestep="{TIMESTEP}" integrator="implicitfast" gravity="0 0 0">
@@ -73,6 +77,7 @@ def scene_xml(n_objects: int, table_size: float) -> str:
   <worldbody>
     <light name="sun" pos="0 0 2" dir="0 0 -1" directional="true" castshadow="false" diffuse="0.8 0.8 0.8"/>
     <geom name="floor" type="plane" size="1 1 0.01" pos="0 0 -0.05" rgba="0.25 0.27 0.3 1" contype="0" conaffinity="0"/>
+    <geom name="rim" type="box" size="{ah + r} {ah + r} 0.024" pos="0 0 -0.026" rgba="0.55 0.5 0.45 1" contype="0" conaffinity="0"/>
     <geom name="table" type="box" size="{half} {half} 0.025" pos="0 0 -0.025" rgba="0.78 0.72 0.62 1" contype="0" conaffinity="0"/>
 {cameras}
     <body name="agent" pos="0 0 {hh}">
@@ -125,6 +130,32 @@ def scatter(rng: np.random.Generator, radii: np.ndarray, table_size: float) -> n
     chosen = cells[rng.choice(len(cells), size=len(radii), replace=False)]
     slack = (cell - CLEARANCE) / 2 - radii
     return chosen + rng.uniform(-1, 1, size=(len(radii), 2)) * slack[:, None]
+
+
+def scatter_regions(
+    rng: np.random.Generator, radii: np.ndarray, table_size: float, tries: int = 500
+) -> np.ndarray:
+    """``(K, 2)`` centres of non-overlapping discs of unequal ``radii: (K,)``, largest placed first.
+
+    Rejection sampling: :func:`scatter`'s equal cells waste room when one disc is much larger.
+    Raises ``ValueError`` when a disc finds no room in ``tries`` draws.
+    """
+    half = table_size / 2
+    centres = np.zeros((len(radii), 2))
+    placed: list[int] = []
+    for k in np.argsort(-radii):
+        if radii[k] > half:
+            raise ValueError(f"a region of radius {radii[k]:.3f} m does not fit a {table_size} m table")
+        candidates = rng.uniform(-(half - radii[k]), half - radii[k], size=(tries, 2))
+        gaps = np.linalg.norm(candidates[:, None] - centres[placed][None], axis=-1) - radii[placed] - radii[k]
+        free = np.flatnonzero((gaps >= CLEARANCE).all(axis=1))
+        if len(free) == 0:
+            raise ValueError(
+                f"{len(radii)} regions of radii up to {radii.max():.3f} m do not fit a {table_size} m table"
+            )
+        centres[k] = candidates[free[0]]
+        placed.append(int(k))
+    return centres
 
 
 def cluster(centre: np.ndarray, n: int, spacing: float) -> np.ndarray:

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
 from ecrl.envs.layout import PALETTE, SHAPES
 from ecrl.envs.task import GOAL_KINDS, ObjectSpec, TaskSpec, _check_choice, _check_n, random_object
 
@@ -32,7 +31,7 @@ class HeldOut:
     def __post_init__(self) -> None:
         _check_choice("factor", self.factor_a, FACTORS)
         _check_choice("factor", self.factor_b, FACTORS)
-        if self.factor_a == self.factor_b or "goal" == self.factor_a:
+        if self.factor_a == self.factor_b or self.factor_a == "goal":
             raise ValueError(
                 f"a held-out pair needs two different factors with the object factor first, got "
                 f"({self.factor_a!r}, {self.factor_b!r})"

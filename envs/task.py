@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-
 from ecrl.envs.layout import PALETTE, SHAPES
 
 SKILLS: tuple[str, ...] = ("push",)
@@ -36,7 +35,7 @@ MAX_OBJECTS = 16
 
 def default_horizon(n_objects: int) -> int:
     """Episode length for ``n_objects``: 50 steps per object plus 50 (20 Hz control)."""
-    return 50 + 50 * n_objects
+    return 50 + 150 * n_objects
 
 
 def _check_choice(kind: str, value: Any, choices: tuple[str, ...]) -> None:
