@@ -47,9 +47,7 @@ class ScriptedExpert:
         if rows.ndim != 2:
             raise ValueError(f"act takes one observation, got observation of shape {rows.shape}")
         agent = rows[rows[:, _E["is_agent"].start] > 0.5][0, _XY]
-        objects = np.flatnonzero(
-            (rows[:, _E["is_object"].start] > 0.5) & (rows[:, _E["present"].start] > 0.5)
-        )
+        objects = np.flatnonzero((rows[:, _E["is_object"].start] > 0.5) & (rows[:, _E["present"].start] > 0.5))
         n = len(objects)
         pos, sizes = rows[objects, _XY], rows[objects, _SIZE]
         desired = obs["desired_goal"][:n]
@@ -95,9 +93,7 @@ class ScriptedExpert:
         i = object_on[order[done]]
         return self._push(agent, i, targets[goal_of[i]], pos, sizes)
 
-    def _push(
-        self, agent: np.ndarray, i: int, target: np.ndarray, pos: np.ndarray, sizes: np.ndarray
-    ) -> np.ndarray:
+    def _push(self, agent: np.ndarray, i: int, target: np.ndarray, pos: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """Action that pushes object ``i`` (of all objects ``pos: (N, 2)``, ``sizes: (N,)``) towards ``target``."""
         obj, size = pos[i], sizes[i]
         to_goal = target - obj
@@ -118,10 +114,7 @@ class ScriptedExpert:
 def _clear(starts: np.ndarray, ends: np.ndarray, centres: np.ndarray, radii: np.ndarray) -> np.ndarray:
     """``(M, K)`` bool: segment ``m`` (``starts``/``ends``: ``(M, 2)``) keeps out of disc ``k``."""
     d = ends - starts
-    t = (
-        np.einsum("mkx,mx->mk", centres[None] - starts[:, None], d)
-        / np.maximum((d * d).sum(-1), 1e-12)[:, None]
-    )
+    t = np.einsum("mkx,mx->mk", centres[None] - starts[:, None], d) / np.maximum((d * d).sum(-1), 1e-12)[:, None]
     closest = starts[:, None] + np.clip(t, 0.0, 1.0)[..., None] * d[:, None]
     return np.linalg.norm(closest - centres[None], axis=-1) >= radii[None]
 

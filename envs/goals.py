@@ -73,11 +73,7 @@ def goal_distances(achieved_goal: np.ndarray, desired_goal: np.ndarray, by_colou
     """
     achieved_goal = np.asarray(achieved_goal, dtype=np.float64)
     desired_goal = np.asarray(desired_goal, dtype=np.float64)
-    if (
-        achieved_goal.shape != desired_goal.shape
-        or achieved_goal.ndim < 2
-        or achieved_goal.shape[-1] != GOAL_DIM
-    ):
+    if achieved_goal.shape != desired_goal.shape or achieved_goal.ndim < 2 or achieved_goal.shape[-1] != GOAL_DIM:
         raise ValueError(
             f"achieved_goal and desired_goal must both be (..., M, {GOAL_DIM}); "
             f"got {achieved_goal.shape} and {desired_goal.shape}"
@@ -91,9 +87,7 @@ def goal_distances(achieved_goal: np.ndarray, desired_goal: np.ndarray, by_colou
     return dist.reshape(*lead, m), present.reshape(*lead, m)
 
 
-def reward_from_distances(
-    dist: np.ndarray, present: np.ndarray, threshold: float, reward_type: str
-) -> np.ndarray:
+def reward_from_distances(dist: np.ndarray, present: np.ndarray, threshold: float, reward_type: str) -> np.ndarray:
     """Reward per sample: ``sparse`` = -(fraction of objects not placed), ``dense`` = -mean distance (m)."""
     count = np.maximum(present.sum(-1), 1)
     if reward_type == "sparse":

@@ -80,9 +80,7 @@ ENTITY_FIELDS, ENTITY_DIM = _slices(
         "colour": 3,
     }
 )
-GOAL_FIELDS, GOAL_DIM = _slices(
-    {"present": 1, "position": 3, "size": 3, "shape": N_SHAPES, "colour": 3, "rank": 1}
-)
+GOAL_FIELDS, GOAL_DIM = _slices({"present": 1, "position": 3, "size": 3, "shape": N_SHAPES, "colour": 3, "rank": 1})
 
 # Goal columns that identify *what* an object is (not where): rows agreeing on these are the
 # same kind of object, hence interchangeable for set-matching goals.

@@ -102,13 +102,9 @@ class PushEnv(gym.Env):
         if n_max < n:
             raise ValueError(f"n_max must be >= n_objects ({n}), got {n_max}")
         if reward_type not in goals.REWARD_TYPES:
-            raise ValueError(
-                f"unknown reward_type {reward_type!r}: expected one of {list(goals.REWARD_TYPES)}"
-            )
+            raise ValueError(f"unknown reward_type {reward_type!r}: expected one of {list(goals.REWARD_TYPES)}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"unknown render_mode {render_mode!r}: expected one of {self.metadata['render_modes']}"
-            )
+            raise ValueError(f"unknown render_mode {render_mode!r}: expected one of {self.metadata['render_modes']}")
         if camera not in CAMERAS:
             raise ValueError(f"unknown camera {camera!r}: expected one of {list(CAMERAS)}")
         if not (16 <= width <= 256 and 16 <= height <= 256):
@@ -127,9 +123,7 @@ class PushEnv(gym.Env):
         self.data = mujoco.MjData(self.model)
         self._renderer: mujoco.Renderer | None = None
         m = self.model
-        self._geom = np.array(
-            [[m.geom(f"obj{i}_{s}").id for s in SHAPES] for i in range(n)], dtype=np.int64
-        )  # (N, S)
+        self._geom = np.array([[m.geom(f"obj{i}_{s}").id for s in SHAPES] for i in range(n)], dtype=np.int64)  # (N, S)
         self._goal_site = np.array([m.site(f"goal{i}").id for i in range(n)])
         self._obj_body = np.array([m.body(f"obj{i}").id for i in range(n)])
         self._agent_geom = m.geom("agent").id
@@ -159,9 +153,7 @@ class PushEnv(gym.Env):
         start = scatter(rng, np.concatenate([[AGENT_RADIUS], self._sizes]), self.table_size)
         for _ in range(50):
             targets, ranks = goals.sample_targets(rng, spec, self._sizes, self.table_size)
-            dist = goals.assigned_distances(
-                self._with_z(start[None, 1:]), self._with_z(targets[None]), self._same
-            )
+            dist = goals.assigned_distances(self._with_z(start[None, 1:]), self._with_z(targets[None]), self._same)
             if (dist > 2 * self.distance_threshold).all():
                 break
         self._set_targets(targets, ranks)
@@ -199,9 +191,9 @@ class PushEnv(gym.Env):
         m.geom_size[on] = sizes[:, None]
         m.geom_rbound[on] = sizes * np.sqrt(3)
         m.body_pos[self._obj_body, 2] = sizes
-        m.jnt_range[self._obj_joint] = np.stack(
-            [-(self.table_size / 2 - sizes), self.table_size / 2 - sizes], -1
-        )[:, None]
+        m.jnt_range[self._obj_joint] = np.stack([-(self.table_size / 2 - sizes), self.table_size / 2 - sizes], -1)[
+            :, None
+        ]
         m.site_size[self._goal_site, 0] = sizes
         m.site_rgba[self._goal_site, :3] = rgb
         m.site_rgba[self._goal_site, 3] = 0.45
@@ -257,10 +249,8 @@ class PushEnv(gym.Env):
         obs = self._get_obs()
         placed = self._placed()
         info = self._info(placed)
-        if self.reward_type == "sparse":
-            reward = -1.0 + placed.mean()
-        else:
-            reward = -float(self._dist.mean())
+        # Same values as compute_reward on this step's goals (sparse: -fraction not placed).
+        reward = -1.0 + placed.mean() if self.reward_type == "sparse" else -float(self._dist.mean())
         truncated = self._steps >= self.spec_.max_steps
         return obs, float(reward), False, truncated, info
 
@@ -281,9 +271,7 @@ class PushEnv(gym.Env):
     def _placed(self) -> np.ndarray:
         """``(N,)`` bool per target: an object is on it (and records fill times for ordered goals)."""
         n = self.n_objects
-        self._dist = goals.assigned_distances(
-            self._achieved[None, :n, _G["position"]], self._target_pos, self._same
-        )[0]
+        self._dist = goals.assigned_distances(self._achieved[None, :n, _G["position"]], self._target_pos, self._same)[0]
         placed = self._dist <= self.distance_threshold
         if self._rank_order is not None:
             self._fill_time = np.where(placed, np.minimum(self._fill_time, self._steps), np.inf)

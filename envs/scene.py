@@ -132,9 +132,7 @@ def scatter(rng: np.random.Generator, radii: np.ndarray, table_size: float) -> n
     return chosen + rng.uniform(-1, 1, size=(len(radii), 2)) * slack[:, None]
 
 
-def scatter_regions(
-    rng: np.random.Generator, radii: np.ndarray, table_size: float, tries: int = 500
-) -> np.ndarray:
+def scatter_regions(rng: np.random.Generator, radii: np.ndarray, table_size: float, tries: int = 500) -> np.ndarray:
     """``(K, 2)`` centres of non-overlapping discs of unequal ``radii: (K,)``, largest placed first.
 
     Rejection sampling: :func:`scatter`'s equal cells waste room when one disc is much larger.
