@@ -23,23 +23,49 @@ class ScriptedExpert:
     Each step it matches objects to targets (optimally within interchangeable groups), keeps
     working on its current object until it is placed, then picks the unplaced object whose
     push position is nearest (for ``ordered`` goals: the next target by rank). To reach the
-    push position it walks around the object through side waypoints instead of through it.
+    push position it walks a shortest collision-free path around all objects. When the object it
+    works on makes no progress for a while (wedged in clutter), it sets that object aside for a
+    while and takes a few random steps.
 
     Args:
         env: the environment (wrappers are fine) whose observations ``act`` receives.
         tolerance: fraction of the env's distance threshold the expert aims for.
+        seed: seeds the random steps that get it out of a stall.
     """
 
-    def __init__(self, env: gym.Env, tolerance: float = 0.5) -> None:
+    STALL_STEPS = 30
+    WANDER_STEPS = 6
+    SET_ASIDE_STEPS = 60
+
+    def __init__(self, env: gym.Env, tolerance: float = 0.5, seed: int = 0) -> None:
         self.env: PushEnv = env.unwrapped
         if not isinstance(self.env, PushEnv):
             raise ValueError(f"ScriptedExpert drives ecrl push envs, got {type(self.env).__name__}")
         self.tolerance = tolerance
-        self._current: int | None = None
+        self._rng = np.random.default_rng(seed)
+        self.reset()
 
     def reset(self) -> None:
-        """Forget the object being worked on (call at episode start)."""
-        self._current = None
+        """Forget the episode's progress (call at episode start)."""
+        self._current: int | None = None
+        self._t = 0
+        self._best, self._since, self._wander = np.inf, 0, 0
+        self._aside_until: dict[int, int] = {}
+
+    def _stalled(self, i: int, remaining: float) -> bool:
+        """Track progress on object ``i``; True when it has stalled (and a few random steps follow)."""
+        if remaining < self._best - 0.005:
+            self._best, self._since = remaining, 0
+        else:
+            self._since += 1
+        if self._since > self.STALL_STEPS:
+            self._aside_until[i] = self._t + self.SET_ASIDE_STEPS
+            self._best, self._since, self._wander = np.inf, 0, self.WANDER_STEPS
+            self._current = None
+        if self._wander > 0:
+            self._wander -= 1
+            return True
+        return False
 
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """Action ``(2,) float32`` in ``[-1, 1]`` for one observation."""
@@ -60,18 +86,25 @@ class ScriptedExpert:
         todo = dist > self.tolerance * self.env.distance_threshold
         if not todo.any():
             return np.zeros(2, dtype=np.float32)
+        self._t += 1
         if self.env.spec_.goal == "ordered":
-            return self._ordered(agent, pos, sizes, targets, goal_of)
-        if self._current is None or self._current >= n or not todo[self._current]:
-            reach = np.linalg.norm(pos - agent, axis=-1) + 1e3 * ~todo
-            self._current = int(np.argmin(reach))
-        i = self._current
-        return self._push(agent, i, targets[goal_of[i]], pos, sizes)
+            i, goal = self._ordered(agent, pos, sizes, targets, goal_of)
+        else:
+            if self._current is None or self._current >= n or not todo[self._current]:
+                aside = np.array([self._aside_until.get(k, 0) > self._t for k in range(n)])
+                reach = np.linalg.norm(pos - agent, axis=-1) + 1e3 * ~todo + 1e2 * aside
+                self._current = int(np.argmin(reach))
+                self._best, self._since = np.inf, 0
+            i = self._current
+            goal = targets[goal_of[i]]
+        if self._stalled(i, float(np.linalg.norm(pos[i] - goal))):
+            return self._rng.uniform(-1, 1, 2).astype(np.float32)
+        return self._push(agent, i, goal, pos, sizes)
 
     def _ordered(
         self, agent: np.ndarray, pos: np.ndarray, sizes: np.ndarray, targets: np.ndarray, goal_of: np.ndarray
-    ) -> np.ndarray:
-        """Fill targets by rank; first clear any later target that is filled out of turn (privileged state)."""
+    ) -> tuple[int, np.ndarray]:
+        """Object and spot: fill targets by rank; first clear any later target that is filled out of turn (privileged state)."""
         order, times = self.env.target_order, self.env.fill_times
         ordered_times = times[order]
         in_order = np.isfinite(ordered_times) & (ordered_times >= np.maximum.accumulate(ordered_times))
@@ -89,16 +122,18 @@ class ScriptedExpert:
             spot = target + radial * 2.5 * self.env.distance_threshold
             if np.abs(spot).max() > self.env.table_size / 2 - sizes[i] - 0.01:
                 spot = target - target / max(np.linalg.norm(target), 1e-9) * 2.5 * self.env.distance_threshold
-            return self._push(agent, i, spot, pos, sizes)
+            return int(i), spot
         i = object_on[order[done]]
-        return self._push(agent, i, targets[goal_of[i]], pos, sizes)
+        return int(i), targets[goal_of[i]]
 
     def _push(self, agent: np.ndarray, i: int, target: np.ndarray, pos: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """Action that pushes object ``i`` (of all objects ``pos: (N, 2)``, ``sizes: (N,)``) towards ``target``."""
         obj, size = pos[i], sizes[i]
-        to_goal = target - obj
-        remaining = np.linalg.norm(to_goal)
-        u = to_goal / max(remaining, 1e-9)
+        remaining = np.linalg.norm(target - obj)
+        # Route the object itself around the others, so that pushing it does not knock them.
+        others = np.arange(len(pos)) != i
+        way = plan_step(obj, target, pos[others], sizes[others] + size + 0.003)
+        u = (way - obj) / max(np.linalg.norm(way - obj), 1e-9)
         perp = np.array([-u[1], u[0]])
         contact = size + AGENT_RADIUS
         rel = agent - obj

@@ -34,8 +34,8 @@ MAX_OBJECTS = 16
 
 
 def default_horizon(n_objects: int) -> int:
-    """Episode length for ``n_objects``: 50 steps per object plus 50 (20 Hz control)."""
-    return 50 + 150 * n_objects
+    """Episode length for ``n_objects``: 100 steps per object plus 50 (20 Hz control)."""
+    return 50 + 100 * n_objects
 
 
 def _check_choice(kind: str, value: Any, choices: tuple[str, ...]) -> None:
