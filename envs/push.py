@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import gymnasium as gym
@@ -30,6 +31,11 @@ _POS_XY = slice(_E["position"].start, _E["position"].start + 2)
 _VEL_XY = slice(_E["velocity"].start, _E["velocity"].start + 2)
 _SIN, _COS = _E["yaw"].start, _E["yaw"].start + 1
 _GOAL_XY = slice(_G["position"].start, _G["position"].start + 2)
+
+
+def _footprint(shape: str, size: float) -> float:
+    """Radius of the disc an object covers on the table at any yaw (a cube's corners reach size * sqrt(2))."""
+    return float(size) * (np.sqrt(2) if shape == "cube" else 1.0)
 
 
 class PushEnv(gym.Env):
@@ -116,8 +122,9 @@ class PushEnv(gym.Env):
         self.reward_type, self.distance_threshold = reward_type, float(distance_threshold)
         self.table_size, self.render_mode, self.camera = float(table_size), render_mode, camera
         self.width, self.height = width, height
-        # Fail now, not at the first reset, if N bodies cannot fit the table.
-        scatter(np.random.default_rng(0), np.full(n + 1, 0.03), self.table_size)
+        # Fail now, not at the first reset, if N bodies cannot fit the table (random objects: a 3 cm cube at most).
+        sizes = [_footprint(o.shape, o.size) for o in task.objects] if isinstance(task, TaskSpec) else []
+        scatter(np.random.default_rng(0), np.full(n + 1, max(sizes, default=_footprint("cube", 0.03))), self.table_size)
 
         self.model = build_model(n, self.table_size)
         self.data = mujoco.MjData(self.model)
@@ -150,7 +157,7 @@ class PushEnv(gym.Env):
         self._apply_spec(spec)
         rng, n = self.np_random, self.n_objects
         # Scene: agent and objects on distinct cells; targets away from their objects.
-        start = scatter(rng, np.concatenate([[AGENT_RADIUS], self._sizes]), self.table_size)
+        start = scatter(rng, np.concatenate([[AGENT_RADIUS], self._footprints]), self.table_size)
         for _ in range(50):
             targets, ranks = goals.sample_targets(rng, spec, self._sizes, self.table_size)
             dist = goals.assigned_distances(self._with_z(start[None, 1:]), self._with_z(targets[None]), self._same)
@@ -177,6 +184,7 @@ class PushEnv(gym.Env):
         shapes = np.array([SHAPES.index(o.shape) for o in spec.objects])
         rgb = np.array([PALETTE[o.colour] for o in spec.objects])
         self._sizes = sizes
+        self._footprints = np.array([_footprint(o.shape, o.size) for o in spec.objects])
         m.geom_contype[self._geom] = 0
         m.geom_conaffinity[self._geom] = 0
         m.geom_rgba[self._geom] = 0.0
@@ -313,6 +321,8 @@ class PushEnv(gym.Env):
             raise ValueError(f"unknown camera {camera!r}: expected one of {list(CAMERAS)}")
         if self._renderer is None:
             self._renderer = mujoco.Renderer(self.model, self.height, self.width)
+            # Free the GL context before interpreter teardown, when EGL can no longer do it cleanly.
+            self._renderer_finalizer = weakref.finalize(self, self._renderer.close)
         r = self._renderer
         r.enable_depth_rendering() if depth else r.disable_depth_rendering()
         r.enable_segmentation_rendering() if segmentation else r.disable_segmentation_rendering()
@@ -345,12 +355,13 @@ class PushEnv(gym.Env):
 
     def close(self) -> None:
         if self._renderer is not None:
-            self._renderer.close()
+            self._renderer_finalizer()
             self._renderer = None
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_renderer"] = None
+        state.pop("_renderer_finalizer", None)
         return state
 
     def __setstate__(self, state: dict) -> None:

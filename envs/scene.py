@@ -28,7 +28,7 @@ AGENT_REACH = 2 * (SIZE_RANGE[1] + AGENT_RADIUS) + CLEARANCE
 
 _CAMERAS = {
     "front": 'pos="0 -0.62 0.52" xyaxes="1 0 0 0 0.64 0.77"',
-    "top": 'pos="0 0 0.78" xyaxes="1 0 0 0 1 0"',
+    "top": 'pos="0 0 1.0" xyaxes="1 0 0 0 1 0"',
 }
 CAMERAS: tuple[str, ...] = tuple(_CAMERAS)
 """Named cameras every scene has."""
@@ -71,11 +71,12 @@ def scene_xml(n_objects: int, table_size: float) -> str:
   </option>
   <visual>
     <quality shadowsize="0" offsamples="0"/>
+    <headlight ambient="0.25 0.25 0.25" diffuse="0.35 0.35 0.35" specular="0 0 0"/>
     <global offwidth="256" offheight="256"/>
   </visual>
   <default><geom friction="0.4 0.005 0.0001" condim="3"/></default>
   <worldbody>
-    <light name="sun" pos="0 0 2" dir="0 0 -1" directional="true" castshadow="false" diffuse="0.8 0.8 0.8"/>
+    <light name="sun" pos="0 0 2" dir="0 0 -1" directional="true" castshadow="false" diffuse="0.55 0.55 0.55" specular="0 0 0"/>
     <geom name="floor" type="plane" size="1 1 0.01" pos="0 0 -0.05" rgba="0.25 0.27 0.3 1" contype="0" conaffinity="0"/>
     <geom name="rim" type="box" size="{ah + r} {ah + r} 0.024" pos="0 0 -0.026" rgba="0.55 0.5 0.45 1" contype="0" conaffinity="0"/>
     <geom name="table" type="box" size="{half} {half} 0.025" pos="0 0 -0.025" rgba="0.78 0.72 0.62 1" contype="0" conaffinity="0"/>
@@ -132,28 +133,32 @@ def scatter(rng: np.random.Generator, radii: np.ndarray, table_size: float) -> n
     return chosen + rng.uniform(-1, 1, size=(len(radii), 2)) * slack[:, None]
 
 
-def scatter_regions(rng: np.random.Generator, radii: np.ndarray, table_size: float, tries: int = 500) -> np.ndarray:
+def scatter_regions(
+    rng: np.random.Generator, radii: np.ndarray, table_size: float, tries: int = 500, restarts: int = 20
+) -> np.ndarray:
     """``(K, 2)`` centres of non-overlapping discs of unequal ``radii: (K,)``, largest placed first.
 
     Rejection sampling: :func:`scatter`'s equal cells waste room when one disc is much larger.
-    Raises ``ValueError`` when a disc finds no room in ``tries`` draws.
+    Greedy placement can jam a table that has room, so a jammed attempt starts over (``restarts``
+    times). Raises ``ValueError`` when every attempt has a disc that finds no room in ``tries`` draws.
     """
     half = table_size / 2
-    centres = np.zeros((len(radii), 2))
-    placed: list[int] = []
-    for k in np.argsort(-radii):
-        if radii[k] > half:
-            raise ValueError(f"a region of radius {radii[k]:.3f} m does not fit a {table_size} m table")
-        candidates = rng.uniform(-(half - radii[k]), half - radii[k], size=(tries, 2))
-        gaps = np.linalg.norm(candidates[:, None] - centres[placed][None], axis=-1) - radii[placed] - radii[k]
-        free = np.flatnonzero((gaps >= CLEARANCE).all(axis=1))
-        if len(free) == 0:
-            raise ValueError(
-                f"{len(radii)} regions of radii up to {radii.max():.3f} m do not fit a {table_size} m table"
-            )
-        centres[k] = candidates[free[0]]
-        placed.append(int(k))
-    return centres
+    if radii.max() > half:
+        raise ValueError(f"a region of radius {radii.max():.3f} m does not fit a {table_size} m table")
+    for _ in range(restarts):
+        centres = np.zeros((len(radii), 2))
+        placed: list[int] = []
+        for k in np.argsort(-radii):
+            candidates = rng.uniform(-(half - radii[k]), half - radii[k], size=(tries, 2))
+            gaps = np.linalg.norm(candidates[:, None] - centres[placed][None], axis=-1) - radii[placed] - radii[k]
+            free = np.flatnonzero((gaps >= CLEARANCE).all(axis=1))
+            if len(free) == 0:
+                break
+            centres[k] = candidates[free[0]]
+            placed.append(int(k))
+        else:
+            return centres
+    raise ValueError(f"{len(radii)} regions of radii up to {radii.max():.3f} m do not fit a {table_size} m table")
 
 
 def cluster(centre: np.ndarray, n: int, spacing: float) -> np.ndarray:
