@@ -57,7 +57,7 @@ def assigned_distances(achieved_pos: np.ndarray, desired_pos: np.ndarray, same: 
 def _check_info(info: Any, batch: tuple[int, ...]) -> None:
     if info is None or isinstance(info, Mapping):
         return
-    if isinstance(info, Sequence | np.ndarray):
+    if isinstance(info, Sequence | np.ndarray) and not isinstance(info, str | bytes):
         n = int(np.prod(batch)) if batch else 1
         if len(info) != n and batch:
             raise ValueError(f"info: expected {n} dicts for a batch of shape {batch}, got {len(info)}")

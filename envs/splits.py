@@ -85,6 +85,9 @@ class CompositionalSplit:
             raise ValueError("a compositional split needs at least one held-out combination")
         for goal in self.goals:
             _check_choice("goal kind", goal, GOAL_KINDS)
+        for h in held:
+            if h.factor_b == "goal" and h.value_b not in self.goals:
+                raise ValueError(f"held-out goal kind {h.value_b!r} is not among this split's goals {self.goals}")
 
     def is_test(self, spec: TaskSpec) -> bool:
         """True if ``spec`` contains a held-out combination."""

@@ -1,0 +1,24 @@
+"""Shared fixtures. ``MUJOCO_GL`` is set here, before any test module imports mujoco."""
+
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import gymnasium as gym  # noqa: E402
+import pytest  # noqa: E402
+from ecrl.envs import TaskSpec, make_env  # noqa: E402
+
+
+@pytest.fixture
+def make():
+    """``make(id_or_spec, **kwargs)``: ``gym.make`` for an id, :func:`make_env` for a ``TaskSpec``; closed after the test."""
+    envs: list[gym.Env] = []
+
+    def _make(what, **kwargs) -> gym.Env:
+        env = make_env(what, **kwargs) if isinstance(what, TaskSpec | dict) else gym.make(what, **kwargs)
+        envs.append(env)
+        return env
+
+    yield _make
+    for env in envs:
+        env.close()
