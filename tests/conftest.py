@@ -6,6 +6,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import gymnasium as gym  # noqa: E402
 import pytest  # noqa: E402
+
 from ecrl.envs import TaskSpec, make_env  # noqa: E402
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import mujoco
 import numpy as np
+
 from ecrl.envs import GOAL_FIELDS, ObjectSpec, ScriptedExpert, TaskSpec
 from ecrl.envs.scene import AGENT_REACH
 

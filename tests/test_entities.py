@@ -1,11 +1,11 @@
 """Observation dicts → entity tensors."""
 
-import ecrl.envs  # noqa: F401  (registers the envs)
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
+import ecrl.envs  # noqa: F401  (registers the envs)
 from ecrl.entities import ENTITY_DIM, GOAL_DIM, to_entities
 
 

@@ -5,10 +5,11 @@ import warnings
 
 import numpy as np
 import pytest
-from ecrl.envs import ENTITY_FIELDS, REGISTERED_IDS, PushEnv
-from ecrl.envs.scene import CAMERAS
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+from ecrl.envs import ENTITY_FIELDS, REGISTERED_IDS, PushEnv
+from ecrl.envs.scene import CAMERAS
 
 _E = ENTITY_FIELDS
 

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from ecrl.envs import GOAL_DIM, ObjectSpec, TaskSpec
 
 

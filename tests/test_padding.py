@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
-from ecrl.envs import ENTITY_FIELDS, ScriptedExpert
 from push_helpers import TASKS
+
+from ecrl.envs import ENTITY_FIELDS, ScriptedExpert
 
 
 @pytest.mark.parametrize("goal", ["positions", "sort", "ordered"])

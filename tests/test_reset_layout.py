@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from ecrl.envs import ENTITY_FIELDS, GOAL_FIELDS, GOAL_KINDS, MAX_OBJECTS, SHAPES, ObjectSpec, TaskSpec
 from ecrl.envs.scene import AGENT_RADIUS, CLEARANCE
 

@@ -2,8 +2,9 @@
 
 import numpy as np
 import pytest
-from ecrl.envs import GOAL_KINDS, TaskSpec
 from push_helpers import POS, TASKS, XY, expert_rollout
+
+from ecrl.envs import GOAL_KINDS, TaskSpec
 
 REWARD_TYPES = ("sparse", "dense")
 

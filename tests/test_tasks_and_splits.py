@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from ecrl.envs import COLOUR_SHAPE, GOAL_KINDS, SHAPE_GOAL, CompositionalSplit, HeldOut, TaskSpec
 
 PRESETS = {"colour_shape": COLOUR_SHAPE, "shape_goal": SHAPE_GOAL}

@@ -1,0 +1,357 @@
+"""Roll out the scripted expert over goal kinds × numbers of objects and report how often it succeeds.
+
+The scripted expert (`ecrl.envs.ScriptedExpert`) solves push tasks from privileged state: it
+is the data source for the diffusion planners and the ceiling learned agents are compared to. This
+script measures that ceiling on evaluation seeds far from any training seed and writes, to `--out`:
+
+- `expert.json`: every number below, the arguments and the command that produced them;
+- `README.md`: a markdown table per (goal kind, N) and that command;
+- `success.png`: success rate vs number of objects, one line per goal kind, 95% Wilson intervals;
+- `rollout.gif`: one episode seen from both cameras (`--no-video` skips it);
+- `scene.png`: the start of that episode from both cameras, and its segmentation mask.
+
+Examples:
+    # the main job: 4 goal kinds × N in {1, 2, 3, 4, 6, 8} × 20 episodes (about a minute on one core)
+    ecrl-expert
+
+    # a smoke run in a few seconds
+    ecrl-expert --episodes 2 --n-objects 1 3 --no-video --out /tmp/expert
+
+    # one goal kind, many objects, tighter intervals
+    ecrl-expert --goals sort --n-objects 4 8 12 16 --episodes 100 --out results/expert_sort
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import shlex  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from dataclasses import asdict, dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+import tyro  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+import ecrl  # noqa: E402
+from ecrl.envs import GOAL_KINDS, MAX_OBJECTS, ScriptedExpert  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Args:
+    """Scripted-expert rollouts: success rate per goal kind and number of objects."""
+
+    goals: tuple[str, ...] = GOAL_KINDS
+    """Goal kinds to evaluate (any of positions, adjacent, sort, ordered)."""
+    n_objects: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
+    """Numbers of objects to evaluate."""
+    episodes: int = 20
+    """Episodes per (goal kind, number of objects)."""
+    seed: int = 10_000
+    """Episode `e` of every configuration resets with seed `seed + e`; keep it far from training seeds."""
+    out: Path = Path("results/expert")
+    """Output directory (created if missing)."""
+    video: bool = True
+    """Write `rollout.gif` and `scene.png` (rendering; `--no-video` skips both)."""
+    video_goal: str = "positions"
+    """Goal kind of the rendered episode."""
+    video_n: int = 3
+    """Number of objects in the rendered episode."""
+    video_size: int = 96
+    """Side in pixels of each camera view in `rollout.gif` (`scene.png` uses twice this)."""
+    video_every: int = 2
+    """Keep every k-th step in `rollout.gif` (the env runs at 20 steps per second)."""
+
+    def __post_init__(self) -> None:
+        for goal in (*self.goals, self.video_goal):
+            if goal not in GOAL_KINDS:
+                raise ValueError(f"unknown goal kind {goal!r}: expected one of {list(GOAL_KINDS)}")
+        for n in (*self.n_objects, self.video_n):
+            if not 1 <= n <= MAX_OBJECTS:
+                raise ValueError(f"numbers of objects must be in 1 … {MAX_OBJECTS}, got {n}")
+        if not self.goals or not self.n_objects:
+            raise ValueError("need at least one goal kind and one number of objects")
+        if self.episodes < 1:
+            raise ValueError(f"episodes must be >= 1, got {self.episodes}")
+        if not 16 <= self.video_size <= 128:
+            raise ValueError(f"video_size must be in 16 … 128 pixels, got {self.video_size}")
+        if self.video_every < 1:
+            raise ValueError(f"video_every must be >= 1, got {self.video_every}")
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (95% for `z = 1.96`); sound at 0/n and n/n."""
+    if trials == 0:
+        return 0.0, 1.0
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def run_episode(
+    env: gym.Env, expert: ScriptedExpert, seed: int, on_step: Callable[[gym.Env], None] | None = None
+) -> dict[str, Any]:
+    """One episode until success or truncation; `on_step(env)` is called after reset and every step."""
+    obs, info = env.reset(seed=seed)
+    expert.reset()
+    length, done = 0, info["is_success"]
+    if on_step is not None:
+        on_step(env)
+    while not done:
+        obs, _, terminated, truncated, info = env.step(expert.act(obs))
+        length += 1
+        if on_step is not None:
+            on_step(env)
+        done = info["is_success"] or terminated or truncated
+    return {"success": bool(info["is_success"]), "fraction_placed": float(info["fraction_placed"]), "length": length}
+
+
+def evaluate(args: Args) -> list[dict[str, Any]]:
+    """Roll out every (goal kind, N) configuration; one summary row per configuration."""
+    rows = []
+    bar = tqdm(total=len(args.goals) * len(args.n_objects) * args.episodes, unit="ep", dynamic_ncols=True)
+    for goal in args.goals:
+        for n in args.n_objects:
+            bar.set_description(f"{goal} N={n}")
+            start = time.perf_counter()
+            env = gym.make("ecrl/Push-v0", n_objects=n, goal=goal)
+            expert = ScriptedExpert(env)
+            episodes = []
+            for e in range(args.episodes):
+                episodes.append(run_episode(env, expert, args.seed + e))
+                bar.update()
+            horizon = env.unwrapped.spec_.max_steps
+            env.close()
+            wall = time.perf_counter() - start
+            successes = sum(ep["success"] for ep in episodes)
+            lengths = np.array([ep["length"] for ep in episodes])
+            lo, hi = wilson_interval(successes, args.episodes)
+            rows.append(
+                {
+                    "goal": goal,
+                    "n_objects": n,
+                    "episodes": args.episodes,
+                    "successes": successes,
+                    "success_rate": successes / args.episodes,
+                    "success_ci95": [lo, hi],
+                    "fraction_placed": float(np.mean([ep["fraction_placed"] for ep in episodes])),
+                    "episode_length": float(lengths.mean()),
+                    "horizon": horizon,
+                    "wall_s": wall,
+                    "steps_per_s": float(lengths.sum() / wall),
+                }
+            )
+            bar.set_postfix(last=f"{successes}/{args.episodes}")
+    bar.close()
+    return rows
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| goal | N | success | 95% CI | fraction placed | mean length / horizon | wall s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lo, hi = r["success_ci95"]
+        lines.append(
+            f"| {r['goal']} | {r['n_objects']} | {r['successes']}/{r['episodes']} ({r['success_rate']:.2f}) "
+            f"| [{lo:.2f}, {hi:.2f}] | {r['fraction_placed']:.2f} | {r['episode_length']:.0f} / {r['horizon']} "
+            f"| {r['wall_s']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_success(rows: list[dict[str, Any]], path: Path) -> None:
+    """Success rate vs number of objects, one line per goal kind, with 95% Wilson error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    goals = list(dict.fromkeys(r["goal"] for r in rows))
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    for k, goal in enumerate(goals):
+        mine = [r for r in rows if r["goal"] == goal]
+        n = np.array([r["n_objects"] for r in mine], dtype=float)
+        rate = np.array([r["success_rate"] for r in mine])
+        ci = np.array([r["success_ci95"] for r in mine])
+        # Small horizontal offsets keep overlapping error bars apart.
+        x = n + (k - (len(goals) - 1) / 2) * 0.08
+        ax.errorbar(x, rate, yerr=[rate - ci[:, 0], ci[:, 1] - rate], marker="o", capsize=3, label=goal)
+    episodes = sorted({r["episodes"] for r in rows})
+    ax.set_xticks(sorted({r["n_objects"] for r in rows}))
+    ax.set_ylim(-0.03, 1.05)
+    ax.set_xlabel("number of objects N")
+    ax.set_ylabel("success rate (all objects placed)")
+    ax.set_title(f"Scripted expert ({'/'.join(map(str, episodes))} episodes per point, 95% Wilson CI)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(title="goal kind", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def record_media(args: Args, out: Path) -> dict[str, Any]:
+    """Write `rollout.gif` (both cameras side by side) and `scene.png` (both cameras + segmentation)."""
+    import imageio.v3 as iio
+
+    size = args.video_size
+    frames: list[np.ndarray] = []
+
+    calls = [0]
+
+    def grab(env: gym.Env) -> None:
+        calls[0] += 1
+        if (calls[0] - 1) % args.video_every == 0:
+            views = env.unwrapped.render_views()
+            frames.append(np.concatenate([views["front"], np.full((size, 2, 3), 255, np.uint8), views["top"]], 1))
+
+    env = gym.make("ecrl/Push-v0", n_objects=args.video_n, goal=args.video_goal, width=size, height=size)
+    episode = run_episode(env, ScriptedExpert(env), args.seed, on_step=grab)
+    env.close()
+    frames += [frames[-1]] * 10  # hold the last frame for a moment before the GIF loops
+    gif = out / "rollout.gif"
+    iio.imwrite(gif, np.stack(frames), duration=1000 * args.video_every / 20, loop=0)
+
+    env = gym.make("ecrl/Push-v0", n_objects=args.video_n, goal=args.video_goal, width=2 * size, height=2 * size)
+    env.reset(seed=args.seed)
+    base = env.unwrapped
+    views, seg = base.render_views(), base.render_segmentation("front")
+    env.close()
+    save_scene(
+        views, seg, 1 + args.video_n, out / "scene.png", title=f"{args.video_goal}, N={args.video_n}, seed {args.seed}"
+    )
+    return {
+        "goal": args.video_goal,
+        "n_objects": args.video_n,
+        "seed": args.seed,
+        "frames": len(frames),
+        "gif_bytes": gif.stat().st_size,
+        **episode,
+    }
+
+
+def save_scene(views: dict[str, np.ndarray], seg: np.ndarray, n_entities: int, path: Path, title: str) -> None:
+    """Both camera views and the segmentation mask `seg: (H, W)` (0 background, 1 agent, `i + 2` object `i`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    n_labels = max(int(seg.max()), n_entities) + 1
+    colours = plt.get_cmap("tab10")(np.arange(max(n_labels - 1, 1)) % 10)
+    cmap = ListedColormap(np.concatenate([[[0.0, 0.0, 0.0, 1.0]], colours]))
+    fig, axes = plt.subplots(1, 3, figsize=(9, 3.3), dpi=110)
+    for ax, (name, image) in zip(axes[:2], views.items(), strict=True):
+        ax.imshow(image)
+        ax.set_title(f"camera '{name}'", fontsize=9)
+    axes[2].imshow(seg, cmap=cmap, vmin=0, vmax=max(n_labels - 1, 1), interpolation="nearest")
+    axes[2].set_title("segmentation ('front')", fontsize=9)
+    names = ["agent", *(f"object {i}" for i in range(n_labels - 2))]
+    handles = [Patch(color=cmap(label), label=name) for label, name in enumerate(names, start=1)]
+    axes[2].legend(handles=handles, loc="upper left", fontsize=6, framealpha=0.8)
+    for ax in axes:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def provenance() -> dict[str, Any]:
+    """Versions and the git commit, so that a number can be traced to the code that made it."""
+    import mujoco
+
+    info = {
+        "ecrl": ecrl.__version__,
+        "mujoco": mujoco.__version__,
+        "gymnasium": gym.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+    try:
+        repo = Path(__file__).resolve().parent.parent
+        git = ["git", "-C", str(repo)]
+        info["git_commit"] = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
+        info["git_dirty"] = bool(dirty)
+    except OSError:
+        pass
+    return info
+
+
+def write_readme(path: Path, command: str, rows: list[dict[str, Any]], total_s: float, media: bool) -> None:
+    episodes = rows[0]["episodes"]
+    lines = [
+        "# Scripted expert: success per goal kind and number of objects",
+        "",
+        "Produced by (from the repository root):",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        f"{episodes} episodes per row, seeds from `--seed` on; an episode ends at success or at the horizon. "
+        "*success*: every object placed (for `ordered`, in order); *fraction placed*: at the episode's end; "
+        f"95% CI: Wilson score interval. Total wall-clock {total_s:.0f} s.",
+        "",
+        markdown_table(rows),
+        "",
+        "![success vs number of objects](success.png)",
+    ]
+    if media:
+        lines += ["", "![rollout](rollout.gif)", "", "![scene](scene.png)"]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def run(args: Args, command: str | None = None) -> dict[str, Any]:
+    """Evaluate, write every output to `args.out`, and return what `expert.json` holds."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    rows = evaluate(args)
+    total = time.perf_counter() - start
+    media = record_media(args, args.out) if args.video else None
+    command = command or f"ecrl-expert  # with {asdict(args)}"
+    result = {
+        "command": command,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
+        "results": rows,
+        "total_wall_s": total,
+        "media": media,
+        "provenance": provenance(),
+    }
+    (args.out / "expert.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot_success(rows, args.out / "success.png")
+    write_readme(args.out / "README.md", command, rows, total, media is not None)
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of `ecrl-expert`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = tyro.cli(Args, args=argv, prog="ecrl-expert", description=__doc__)
+    result = run(args, command=shlex.join(["ecrl-expert", *argv]))
+    print(markdown_table(result["results"]))
+    outputs = "expert.json, README.md, success.png" + (", rollout.gif, scene.png" if result["media"] else "")
+    print(f"wrote {args.out}/ ({outputs})")
+
+
+if __name__ == "__main__":
+    main()
