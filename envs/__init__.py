@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+
 from ecrl.envs.expert import ScriptedExpert
 from ecrl.envs.layout import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, PALETTE, SHAPES
 from ecrl.envs.push import PushEnv

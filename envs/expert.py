@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+from scipy.optimize import linear_sum_assignment
+from scipy.sparse.csgraph import dijkstra
+
 from ecrl.envs.goals import same_group
 from ecrl.envs.layout import ENTITY_FIELDS, GOAL_FIELDS
 from ecrl.envs.push import MAX_DISPLACEMENT, PushEnv
 from ecrl.envs.scene import AGENT_RADIUS
-from scipy.optimize import linear_sum_assignment
-from scipy.sparse.csgraph import dijkstra
 
 _E, _G = ENTITY_FIELDS, GOAL_FIELDS
 _XY = slice(_E["position"].start, _E["position"].start + 2)

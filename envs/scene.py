@@ -12,6 +12,7 @@ import functools
 
 import mujoco
 import numpy as np
+
 from ecrl.envs.layout import AGENT_RGB, SHAPES
 from ecrl.envs.task import SIZE_RANGE
 

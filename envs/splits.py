@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from ecrl.envs.layout import PALETTE, SHAPES
 from ecrl.envs.task import GOAL_KINDS, ObjectSpec, TaskSpec, _check_choice, _check_n, random_object
 

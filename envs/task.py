@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+
 from ecrl.envs.layout import PALETTE, SHAPES
 
 SKILLS: tuple[str, ...] = ("push",)

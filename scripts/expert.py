@@ -29,10 +29,7 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import json  # noqa: E402
-import math  # noqa: E402
-import platform  # noqa: E402
 import shlex  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
@@ -45,8 +42,8 @@ import numpy as np  # noqa: E402
 import tyro  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-import ecrl  # noqa: E402
 from ecrl.envs import GOAL_KINDS, MAX_OBJECTS, ScriptedExpert  # noqa: E402
+from ecrl.reporting import provenance, report_header, wilson_interval  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -89,16 +86,6 @@ class Args:
             raise ValueError(f"video_size must be in 16 … 128 pixels, got {self.video_size}")
         if self.video_every < 1:
             raise ValueError(f"video_every must be >= 1, got {self.video_every}")
-
-
-def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (95% for `z = 1.96`); sound at 0/n and n/n."""
-    if trials == 0:
-        return 0.0, 1.0
-    p = successes / trials
-    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
-    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def run_episode(
@@ -273,41 +260,10 @@ def save_scene(views: dict[str, np.ndarray], seg: np.ndarray, n_entities: int, p
     plt.close(fig)
 
 
-def provenance() -> dict[str, Any]:
-    """Versions and the git commit, so that a number can be traced to the code that made it."""
-    import mujoco
-
-    info = {
-        "ecrl": ecrl.__version__,
-        "mujoco": mujoco.__version__,
-        "gymnasium": gym.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-    }
-    try:
-        repo = Path(__file__).resolve().parent.parent
-        git = ["git", "-C", str(repo)]
-        info["git_commit"] = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
-        info["git_dirty"] = bool(dirty)
-    except OSError:
-        pass
-    return info
-
-
 def write_readme(path: Path, command: str, rows: list[dict[str, Any]], total_s: float, media: bool) -> None:
     episodes = rows[0]["episodes"]
     lines = [
-        "# Scripted expert: success per goal kind and number of objects",
-        "",
-        "Produced by (from the repository root):",
-        "",
-        "```bash",
-        command,
-        "```",
-        "",
+        *report_header("Scripted expert: success per goal kind and number of objects", command),
         f"{episodes} episodes per row, seeds from `--seed` on; an episode ends at success or at the horizon. "
         "*success*: every object placed (for `ordered`, in order); *fraction placed*: at the episode's end; "
         f"95% CI: Wilson score interval. Total wall-clock {total_s:.0f} s.",

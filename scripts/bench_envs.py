@@ -1,0 +1,381 @@
+"""`ecrl-bench envs`: how fast the push environment steps, resets and renders.
+
+All numbers come from one process, measured round-robin within each repeat, so ratios between them
+(push vs FetchPush, env step vs raw physics) see the same machine load. Each number is the best
+(fastest) or median of `--repeats` runs; garbage collection is off while a loop is timed.
+Random actions are drawn up front from a seeded generator and are not timed; neither are the resets
+between episodes of a stepping run.
+
+The *physics floor* replays the exact control sequence the env applied (`data.ctrl` then
+`mujoco.mj_step(model, data, nstep=SUBSTEPS)`, same model, same seed, same resets), so it simulates
+the same trajectory (checked: the final `qpos` matches bit for bit) with nothing else around it.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import gc  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import asdict, dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Literal  # noqa: E402
+
+import gymnasium as gym  # noqa: E402
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+
+from ecrl.envs import MAX_OBJECTS  # noqa: E402
+from ecrl.envs.scene import SUBSTEPS, TIMESTEP  # noqa: E402
+from ecrl.reporting import provenance, report_header  # noqa: E402
+
+
+@dataclass(frozen=True)
+class EnvsArgs:
+    """Environment speed: steps/s vs number of objects, physics floor, resets, rendering, FetchPush-v4."""
+
+    n_objects: tuple[int, ...] = (1, 3, 6, 12, 16)
+    """Numbers of objects to time."""
+    steps: int = 2000
+    """Env steps per timed run (episodes restart at their horizon; the resets are not timed)."""
+    resets: int = 100
+    """Resets per timed run."""
+    frames: int = 60
+    """Rendered frames per timed run."""
+    render_n: int = 3
+    """Number of objects in the rendered scene."""
+    render_sizes: tuple[int, ...] = (64, 128)
+    """Square image sides (pixels) to render at."""
+    repeats: int = 5
+    """Timed runs per measurement; `reduce` picks one of them."""
+    reduce: Literal["best", "median"] = "best"
+    """Keep the fastest run (noise on a shared machine only ever adds time) or the median one."""
+    seed: int = 0
+    """Seed of the random actions and of the first reset of every timed run."""
+    fetch: bool = True
+    """Time gymnasium-robotics' FetchPush-v4 for comparison (`--no-fetch` skips it)."""
+    min_speedup_vs_fetch: float = 4.0
+    """Target: push-3 steps/s at least this many times FetchPush-v4's."""
+    max_physics_ratio: float = 1.3
+    """Target: a push-3 env step (through `gym.make`) takes at most this many times its raw physics."""
+    max_reset_ms: float = 2.0
+    """Target: a push-3 reset (through `gym.make`) takes at most this many milliseconds."""
+    strict: bool = False
+    """Exit with status 1 when a target fails."""
+    out: Path = Path("results/bench_envs")
+    """Output directory (created if missing): bench_envs.json, README.md, steps_per_s.png."""
+
+    def __post_init__(self) -> None:
+        if not self.n_objects or any(not 1 <= n <= MAX_OBJECTS for n in self.n_objects):
+            raise ValueError(f"n_objects must be a non-empty list in 1 … {MAX_OBJECTS}, got {self.n_objects}")
+        if min(self.steps, self.resets, self.frames, self.repeats) < 1:
+            raise ValueError("steps, resets, frames and repeats must be positive")
+        if any(not 16 <= s <= 256 for s in self.render_sizes):
+            raise ValueError(f"render_sizes must be in 16 … 256 pixels, got {self.render_sizes}")
+
+
+# ---------------------------------------------------------------------------------------- timing
+def _timed(fn: Callable[[], float]) -> float:
+    """Seconds spent by ``fn`` (which returns the seconds it wants counted), with gc off."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return fn()
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def time_steps(env: gym.Env, actions: np.ndarray, seed: int) -> float:
+    """Seconds per ``env.step`` over ``actions: (T, A)``, from ``reset(seed)``; resets excluded."""
+
+    def run() -> float:
+        env.reset(seed=seed)
+        total, start = 0.0, time.perf_counter()
+        for a in actions:
+            _, _, terminated, truncated, _ = env.step(a)
+            if terminated or truncated:
+                total += time.perf_counter() - start
+                env.reset()
+                start = time.perf_counter()
+        return total + time.perf_counter() - start
+
+    return _timed(run) / len(actions)
+
+
+def record_controls(env: gym.Env, actions: np.ndarray, seed: int) -> tuple[np.ndarray, list[bool], np.ndarray]:
+    """The set points the env applied ``(T, nu)``, where episodes ended, and the final ``qpos``."""
+    base = env.unwrapped
+    env.reset(seed=seed)
+    ctrls, ends = [], []
+    for a in actions:
+        _, _, terminated, truncated, _ = env.step(a)
+        ctrls.append(base.data.ctrl.copy())
+        ends.append(bool(terminated or truncated))
+        if ends[-1]:
+            env.reset()
+    return np.array(ctrls), ends, base.data.qpos.copy()
+
+
+def time_physics(env: gym.Env, ctrls: np.ndarray, ends: list[bool], seed: int) -> tuple[float, np.ndarray]:
+    """Seconds per ``mj_step(nstep=SUBSTEPS)`` replaying ``ctrls``, and the final ``qpos``."""
+    base = env.unwrapped
+    model, data = base.model, base.data
+    ctrl = data.ctrl
+
+    def run() -> float:
+        env.reset(seed=seed)
+        total, start = 0.0, time.perf_counter()
+        for c, end in zip(ctrls, ends, strict=True):
+            ctrl[:] = c
+            mujoco.mj_step(model, data, nstep=SUBSTEPS)
+            if end:
+                total += time.perf_counter() - start
+                env.reset()
+                start = time.perf_counter()
+        return total + time.perf_counter() - start
+
+    return _timed(run) / len(ctrls), data.qpos.copy()
+
+
+def time_calls(fn: Callable[[], Any], count: int) -> float:
+    """Seconds per call of ``fn``."""
+
+    def run() -> float:
+        start = time.perf_counter()
+        for _ in range(count):
+            fn()
+        return time.perf_counter() - start
+
+    return _timed(run) / count
+
+
+# ---------------------------------------------------------------------------------------- benchmark
+def _reduce(times: list[float], how: str) -> float:
+    return float(min(times) if how == "best" else np.median(times))
+
+
+def _actions(space: gym.spaces.Box, count: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.uniform(space.low, space.high, size=(count, *space.shape)).astype(space.dtype)
+
+
+def measure(args: EnvsArgs) -> dict[str, Any]:
+    """Every measurement, round-robin over configurations within each repeat."""
+    import ecrl.envs  # noqa: F401  (registers ecrl/Push-v0)
+
+    envs = {n: gym.make("ecrl/Push-v0", n_objects=n) for n in args.n_objects}
+    actions = {n: _actions(env.action_space, args.steps, args.seed) for n, env in envs.items()}
+    replays = {n: record_controls(env, actions[n], args.seed) for n, env in envs.items()}
+    renders = {
+        s: gym.make("ecrl/Push-v0", n_objects=args.render_n, render_mode="rgb_array", width=s, height=s)
+        for s in args.render_sizes
+    }
+    for env in renders.values():  # the first render creates the GL context: not timed
+        env.reset(seed=args.seed)
+        env.render()
+        env.unwrapped.render_segmentation()
+    fetch = None
+    if args.fetch:
+        import gymnasium_robotics
+
+        gym.register_envs(gymnasium_robotics)
+        fetch = gym.make("FetchPush-v4")
+        fetch_actions = _actions(fetch.action_space, args.steps, args.seed)
+        time_steps(fetch, fetch_actions[:100], args.seed)  # warm-up (the env checker's first-step checks)
+
+    times: dict[str, list[float]] = {}
+
+    def add(key: str, seconds: float) -> None:
+        times.setdefault(key, []).append(seconds)
+
+    exact = {}
+    for _ in range(args.repeats):
+        for n, env in envs.items():
+            add(f"make/{n}", time_steps(env, actions[n], args.seed))
+            add(f"unwrapped/{n}", time_steps(env.unwrapped, actions[n], args.seed))
+            ctrls, ends, final = replays[n]
+            seconds, replayed = time_physics(env, ctrls, ends, args.seed)
+            add(f"physics/{n}", seconds)
+            exact[n] = bool(np.array_equal(final, replayed))
+            add(f"reset/{n}", time_calls(env.reset, args.resets))
+            add(f"reset_unwrapped/{n}", time_calls(env.unwrapped.reset, args.resets))
+        if fetch is not None:
+            add("fetch", time_steps(fetch, fetch_actions, args.seed))
+            add("fetch_reset", time_calls(fetch.reset, args.resets))
+        for s, env in renders.items():
+            add(f"rgb/{s}", time_calls(env.render, args.frames))
+            add(f"segmentation/{s}", time_calls(env.unwrapped.render_segmentation, args.frames))
+
+    for env in [*envs.values(), *renders.values(), *([fetch] if fetch is not None else [])]:
+        env.close()
+    t = {k: _reduce(v, args.reduce) for k, v in times.items()}
+    push = []
+    for n in args.n_objects:
+        step, bare, physics = t[f"make/{n}"], t[f"unwrapped/{n}"], t[f"physics/{n}"]
+        push.append(
+            {
+                "n_objects": n,
+                "steps_per_s": 1 / step,
+                "steps_per_s_unwrapped": 1 / bare,
+                "physics_steps_per_s": 1 / physics,
+                "step_us": step * 1e6,
+                "step_us_unwrapped": bare * 1e6,
+                "physics_us": physics * 1e6,
+                "physics_ratio": step / physics,
+                "physics_ratio_unwrapped": bare / physics,
+                "reset_ms": t[f"reset/{n}"] * 1e3,
+                "reset_ms_unwrapped": t[f"reset_unwrapped/{n}"] * 1e3,
+                "physics_replay_exact": exact[n],
+            }
+        )
+    render = [
+        {
+            "size": s,
+            "n_objects": args.render_n,
+            "rgb_fps": 1 / t[f"rgb/{s}"],
+            "segmentation_fps": 1 / t[f"segmentation/{s}"],
+        }
+        for s in args.render_sizes
+    ]
+    fetch_row = (
+        None
+        if fetch is None
+        else {"steps_per_s": 1 / t["fetch"], "step_us": t["fetch"] * 1e6, "reset_ms": t["fetch_reset"] * 1e3}
+    )
+    return {"push": push, "fetch_push_v4": fetch_row, "render": render, "raw_seconds": times}
+
+
+def check_targets(args: EnvsArgs, result: dict[str, Any]) -> list[dict[str, Any]]:
+    """PASS/FAIL per target, on the push row with 3 objects (when it was measured)."""
+    row = next((r for r in result["push"] if r["n_objects"] == 3), None)
+    if row is None:
+        return []
+    targets = []
+    if result["fetch_push_v4"] is not None:
+        speedup = row["steps_per_s"] / result["fetch_push_v4"]["steps_per_s"]
+        targets.append(
+            {
+                "target": f"push-3 steps/s >= {args.min_speedup_vs_fetch:g}x FetchPush-v4",
+                "value": f"{speedup:.1f}x",
+                "pass": speedup >= args.min_speedup_vs_fetch,
+            }
+        )
+    targets.append(
+        {
+            "target": f"push-3 step <= {args.max_physics_ratio:g}x raw physics of its {SUBSTEPS} substeps",
+            "value": f"{row['physics_ratio']:.2f}x",
+            "pass": row["physics_ratio"] <= args.max_physics_ratio,
+        }
+    )
+    targets.append(
+        {
+            "target": f"push-3 reset <= {args.max_reset_ms:g} ms",
+            "value": f"{row['reset_ms']:.3f} ms",
+            "pass": row["reset_ms"] <= args.max_reset_ms,
+        }
+    )
+    return targets
+
+
+# ---------------------------------------------------------------------------------------- outputs
+def tables(result: dict[str, Any]) -> str:
+    """Markdown tables: push per N, FetchPush, rendering, targets."""
+    lines = [
+        "| N | steps/s (gym.make) | steps/s (unwrapped) | physics floor steps/s | step µs | physics µs | step / physics (make) | step / physics (unwrapped) | reset ms |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["push"]:
+        lines.append(
+            f"| {r['n_objects']} | {r['steps_per_s']:,.0f} | {r['steps_per_s_unwrapped']:,.0f} | {r['physics_steps_per_s']:,.0f} "
+            f"| {r['step_us']:.1f} | {r['physics_us']:.1f} | {r['physics_ratio']:.2f} | {r['physics_ratio_unwrapped']:.2f} | {r['reset_ms']:.3f} |"
+        )
+    f = result["fetch_push_v4"]
+    if f is not None:
+        lines += ["", "| FetchPush-v4 | steps/s | step µs | reset ms |", "|---|---:|---:|---:|"]
+        lines.append(f"| gym.make | {f['steps_per_s']:,.0f} | {f['step_us']:.1f} | {f['reset_ms']:.3f} |")
+    lines += ["", "| render (N objects) | size | rgb fps | segmentation fps |", "|---|---:|---:|---:|"]
+    for r in result["render"]:
+        lines.append(
+            f"| push-{r['n_objects']} | {r['size']}x{r['size']} | {r['rgb_fps']:,.0f} | {r['segmentation_fps']:,.0f} |"
+        )
+    if result["targets"]:
+        lines += ["", "| target | value | result |", "|---|---:|---|"]
+        lines += [f"| {t['target']} | {t['value']} | {'PASS' if t['pass'] else 'FAIL'} |" for t in result["targets"]]
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Steps/s vs N (log scale) with the physics floor and FetchPush-v4 as reference lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = [r["n_objects"] for r in result["push"]]
+    fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=120)
+    ax.plot(
+        ns,
+        [r["physics_steps_per_s"] for r in result["push"]],
+        "k--",
+        marker=".",
+        label=f"physics floor ({SUBSTEPS} × mj_step)",
+    )
+    ax.plot(ns, [r["steps_per_s_unwrapped"] for r in result["push"]], marker="s", ms=4, label="push, unwrapped")
+    ax.plot(ns, [r["steps_per_s"] for r in result["push"]], marker="o", label="push, gym.make")
+    if result["fetch_push_v4"] is not None:
+        ax.axhline(result["fetch_push_v4"]["steps_per_s"], color="tab:red", ls=":", label="FetchPush-v4")
+    ax.set(xlabel="number of objects N", ylabel="env steps / s (one core)", yscale="log", xticks=ns)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_readme(path: Path, command: str, args: EnvsArgs, result: dict[str, Any]) -> None:
+    m = result["machine"]
+    lines = [
+        *report_header("Environment speed", command),
+        f"{args.reduce.capitalize()} of {args.repeats} runs each; {args.steps} random-action steps per run "
+        f"(resets between episodes not timed), {args.resets} resets, {args.frames} frames. *Physics floor*: the "
+        f"same control sequence replayed through `mujoco.mj_step(model, data, nstep={SUBSTEPS})` on the env's own "
+        f"model (timestep {TIMESTEP} s). Machine: {m['cpus']} CPUs ({m['processor']}), mujoco {m['mujoco']}, "
+        f"gymnasium {m['gymnasium']}, numpy {m['numpy']}, MUJOCO_GL={m['mujoco_gl']}.",
+        "",
+        tables(result),
+        "",
+        "![steps/s vs N](steps_per_s.png)",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def run(args: EnvsArgs, command: str) -> dict[str, Any]:
+    """Measure, print, write every output to ``args.out`` and return what ``bench_envs.json`` holds."""
+    start = time.perf_counter()
+    result = measure(args)
+    result["targets"] = check_targets(args, result)
+    result = {
+        "command": command,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
+        "reduce": args.reduce,
+        "substeps": SUBSTEPS,
+        "timestep": TIMESTEP,
+        "machine": provenance(),
+        "total_wall_s": time.perf_counter() - start,
+        **result,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench_envs.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, args.out / "steps_per_s.png")
+    write_readme(args.out / "README.md", command, args, result)
+    print(tables(result))
+    print(f"wrote {args.out}/ (bench_envs.json, README.md, steps_per_s.png)")
+    if args.strict and not all(t["pass"] for t in result["targets"]):
+        raise SystemExit(1)
+    return result
