@@ -106,10 +106,7 @@ class ScriptedExpert:
         self, agent: np.ndarray, pos: np.ndarray, sizes: np.ndarray, targets: np.ndarray, goal_of: np.ndarray
     ) -> tuple[int, np.ndarray]:
         """Object and spot: fill targets by rank; first clear any later target that is filled out of turn (privileged state)."""
-        order, times = self.env.target_order, self.env.fill_times
-        ordered_times = times[order]
-        in_order = np.isfinite(ordered_times) & (ordered_times >= np.maximum.accumulate(ordered_times))
-        done = int(np.cumprod(in_order).sum())
+        order, times, done = self.env.target_order, self.env.fill_times, self.env.filled_in_order
         object_on = np.empty(len(goal_of), dtype=np.int64)
         object_on[goal_of] = np.arange(len(goal_of))
         early = [t for t in order[done:] if np.isfinite(times[t])]

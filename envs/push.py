@@ -207,8 +207,6 @@ class PushEnv(gym.Env):
         m.site_size[self._goal_site, 0] = sizes
         m.site_rgba[self._goal_site, :3] = rgb
         m.site_rgba[self._goal_site, 3] = 0.45
-        self._obj_qpos = self.data.qpos[2 : 2 + 3 * n].reshape(n, 3)
-        self._obj_qvel = self.data.qvel[2 : 2 + 3 * n].reshape(n, 3)
 
         obs = np.zeros((1 + self.n_max, ENTITY_DIM))
         obs[: 1 + n, _E["present"]] = 1.0
@@ -333,15 +331,20 @@ class PushEnv(gym.Env):
         if self._rank_order is None:
             fraction = int(np.count_nonzero(placed)) / self.n_objects
         else:
-            times = self._fill_time[self._rank_order]
-            in_order = np.isfinite(times) & (times >= np.maximum.accumulate(times))
-            fraction = np.cumprod(in_order).sum() / self.n_objects
+            fraction = self.filled_in_order / self.n_objects
         return {"is_success": bool(fraction == 1.0), "fraction_placed": float(fraction)}
 
     @property
     def fill_times(self) -> np.ndarray:
         """``(N,)`` per target, the step an object last arrived on it (``inf`` if empty); ``ordered`` goals only."""
         return self._fill_time.copy()
+
+    @property
+    def filled_in_order(self) -> int:
+        """``ordered`` goals: how many targets, by rank, are filled with non-decreasing fill times."""
+        times = self._fill_time[self._rank_order]
+        in_order = np.isfinite(times) & (times >= np.maximum.accumulate(times))
+        return int(np.cumprod(in_order).sum())
 
     @property
     def target_order(self) -> np.ndarray | None:

@@ -8,6 +8,7 @@ friction: no object-table contacts, only object-object and pusher-object ones.
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import mujoco
@@ -103,8 +104,6 @@ def _compiled(n_objects: int, table_size: float) -> mujoco.MjModel:
 
 def build_model(n_objects: int, table_size: float) -> mujoco.MjModel:
     """A private copy of the compiled scene (compiled once per ``(n_objects, table_size)``)."""
-    import copy
-
     return copy.copy(_compiled(n_objects, float(table_size)))
 
 
