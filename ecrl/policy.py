@@ -1,0 +1,183 @@
+"""The policy API: ``ecrl.load(path).act(obs)`` for any ``ecrl`` env and any number of objects.
+
+A saved policy is a directory with two files, loaded with no pickle:
+
+- ``policy.safetensors``: the weights of the torch module that maps an observation to an action;
+- ``policy.json``: ``{"format": "ecrl.policy", "version": 1, "builder": "<module>:<function>",
+  "kwargs": {...}, "action_low": [...], "action_high": [...], "meta": {...}}``. ``builder`` names
+  the function (inside the ``ecrl`` package) that rebuilds the module from ``kwargs``; that is how
+  this core module loads models defined in higher layers (``ecrl.policies``, ``ecrl.diffusion``)
+  without importing them.
+
+The module takes an observation dict of float32 tensors ``(B, N, D)`` and returns actions in
+``[-1, 1]``, which :meth:`Policy.act` rescales to the env's action bounds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+FORMAT, VERSION = "ecrl.policy", 1
+WEIGHTS, CONFIG = "policy.safetensors", "policy.json"
+
+
+class CheckpointError(ValueError):
+    """A path that is not an ``ecrl`` policy checkpoint, or one that does not fit its model."""
+
+
+class Policy:
+    """A trained policy: ``act(obs)`` → action(s) for one observation dict or a batch.
+
+    Args:
+        module: maps an observation dict of ``(B, N, D)`` tensors to actions ``(B, A)`` in ``[-1, 1]``.
+        action_low, action_high: the env's action bounds that ``[-1, 1]`` is rescaled to.
+        meta: free-form description (architecture, algorithm, training task, steps).
+        builder, kwargs: how to rebuild ``module`` (see the module docstring); needed by :meth:`save`.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        action_low: np.ndarray,
+        action_high: np.ndarray,
+        meta: dict[str, Any] | None = None,
+        builder: str | None = None,
+        kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.module = module.eval()
+        self.action_low = np.asarray(action_low, dtype=np.float32)
+        self.action_high = np.asarray(action_high, dtype=np.float32)
+        self.meta = dict(meta or {})
+        self.builder, self.kwargs = builder, dict(kwargs or {})
+        self.device = next(module.parameters()).device
+
+    def __repr__(self) -> str:
+        return f"Policy({self.meta.get('arch', type(self.module).__name__)}, builder={self.builder!r})"
+
+    @torch.no_grad()
+    def act(self, obs: Mapping[str, Any], deterministic: bool = True) -> np.ndarray:
+        """Action ``(A,)`` for one observation (rows ``(N, D)``) or ``(B, A)`` for a batch (``(B, N, D)``).
+
+        ``obs`` is an ``ecrl`` env's observation dict (any ``n_max``); entity-centric models read
+        ``observation`` and ``desired_goal`` only.
+        """
+        if not isinstance(obs, Mapping):
+            raise TypeError(f"act takes an observation dict, got {type(obs).__name__}")
+        missing = {"observation", "desired_goal"} - set(obs)
+        if missing:
+            raise ValueError(f"observation dict lacks {sorted(missing)}; got keys {sorted(obs)}")
+        tensors = {}
+        for key in ("observation", "achieved_goal", "desired_goal"):
+            if key not in obs:
+                continue
+            t = torch.as_tensor(np.asarray(obs[key], dtype=np.float32), device=self.device)
+            if t.ndim not in (2, 3):
+                raise ValueError(f"obs[{key!r}]: expected (N, D) or (B, N, D), got shape {tuple(t.shape)}")
+            tensors[key] = t
+        single = tensors["observation"].ndim == 2
+        if single != (tensors["desired_goal"].ndim == 2):
+            raise ValueError(
+                f"observation {tuple(tensors['observation'].shape)} and desired_goal "
+                f"{tuple(tensors['desired_goal'].shape)}: one is batched and the other is not"
+            )
+        if single:
+            tensors = {k: v[None] for k, v in tensors.items()}
+        elif len({t.shape[0] for t in tensors.values()}) > 1:
+            raise ValueError(f"batch sizes differ between keys: { {k: tuple(t.shape) for k, t in tensors.items()} }")
+        action = self._forward(tensors, deterministic).float().cpu().numpy()
+        action = self.action_low + (np.clip(action, -1, 1) + 1) * 0.5 * (self.action_high - self.action_low)
+        return action[0] if single else action
+
+    def _forward(self, obs: dict[str, torch.Tensor], deterministic: bool) -> torch.Tensor:
+        if deterministic:
+            return self.module(obs)
+        sample = getattr(self.module, "sample", None)
+        if sample is None:
+            raise ValueError(f"{self!r} is deterministic; act(..., deterministic=False) needs a stochastic policy")
+        return sample(obs)
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``policy.safetensors`` + ``policy.json`` into directory ``path``; returns it."""
+        if self.builder is None:
+            raise ValueError("this policy has no builder, so it cannot be saved in a loadable form")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()}
+        save_file(state, str(path / WEIGHTS))
+        config = {
+            "format": FORMAT,
+            "version": VERSION,
+            "builder": self.builder,
+            "kwargs": self.kwargs,
+            "action_low": self.action_low.tolist(),
+            "action_high": self.action_high.tolist(),
+            "meta": self.meta,
+        }
+        (path / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+        return path
+
+
+def _resolve(path: Path) -> Path:
+    """A checkpoint directory from a checkpoint dir, one of its files, or a run directory."""
+    if path.is_file():
+        path = path.parent
+    if (path / CONFIG).exists():
+        return path
+    for candidate in ("final", "checkpoints/latest"):
+        if (path / candidate / CONFIG).exists():
+            return path / candidate
+    raise CheckpointError(
+        f"{path} is not an ecrl policy checkpoint: expected a directory with {CONFIG} and {WEIGHTS} "
+        f"(or a run directory with final/ or checkpoints/latest/)"
+    )
+
+
+def _builder(name: str):
+    module_name, _, attr = name.partition(":")
+    if not module_name.startswith("ecrl.") or not attr:
+        raise CheckpointError(f"checkpoint builder {name!r} must be 'ecrl.<module>:<function>'")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise CheckpointError(f"checkpoint builder {name!r} cannot be found: {e}") from e
+
+
+def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
+    """Load a policy saved by :meth:`Policy.save` (or the latest/final one of a run directory)."""
+    root = _resolve(Path(path))
+    try:
+        config = json.loads((root / CONFIG).read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{root / CONFIG} is not valid JSON: {e}") from e
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise CheckpointError(f"{root / CONFIG} is not an ecrl policy config (format != {FORMAT!r})")
+    if config.get("version") != VERSION:
+        raise CheckpointError(f"{root / CONFIG}: unsupported version {config.get('version')!r} (expected {VERSION})")
+    if not (root / WEIGHTS).exists():
+        raise CheckpointError(f"{root} has {CONFIG} but no {WEIGHTS}")
+    module = _builder(config["builder"])(**config["kwargs"])
+    try:
+        state = load_file(str(root / WEIGHTS))
+    except Exception as e:  # safetensors raises its own error types for corrupt files
+        raise CheckpointError(f"{root / WEIGHTS} is not a readable safetensors file: {e}") from e
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as e:
+        raise CheckpointError(f"{root / WEIGHTS} does not fit the model in {CONFIG}: {e}") from e
+    return Policy(
+        module.to(device),
+        np.asarray(config["action_low"]),
+        np.asarray(config["action_high"]),
+        config.get("meta"),
+        config["builder"],
+        config["kwargs"],
+    )

@@ -1,0 +1,177 @@
+"""Scripted-expert demonstrations for RL: seed a (HER) replay buffer and clone the expert.
+
+The recipe of Nair et al. (2018), "Overcoming Exploration in RL with Demonstrations": expert
+episodes go into the replay buffer (HER relabels them like any other episode), the actor is
+pre-trained to imitate them, and during RL a behaviour-cloning term pulls the actor towards the
+expert action only where the critic rates that action higher than the actor's own (Q-filter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from tqdm.auto import tqdm
+
+from ecrl.envs import ScriptedExpert
+
+
+@dataclass
+class Demos:
+    """Expert transitions where it acts (not the idle steps after success): ``obs`` (dict of ``(T, …)``
+    arrays) and ``actions (T, A)`` in ``[-1, 1]``."""
+
+    obs: dict[str, np.ndarray]
+    actions: np.ndarray
+    episodes: int
+    successes: int
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def batch(self, idx: np.ndarray, device: torch.device | str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        obs = {k: torch.as_tensor(v[idx], device=device) for k, v in self.obs.items()}
+        return obs, torch.as_tensor(self.actions[idx], device=device)
+
+
+def collect_demos(
+    make_env: Callable[[], gym.Env],
+    episodes: int,
+    seed: int,
+    replay_buffer: ReplayBuffer | None = None,
+    progress: bool = True,
+) -> Demos:
+    """Run the scripted expert for ``episodes`` episodes; optionally add every transition to ``replay_buffer``.
+
+    The buffer gets ``replay_buffer.n_envs`` episodes side by side (one env per buffer slot, as a
+    vectorised env would fill it), with SB3's timeout convention: an episode cut by the time limit is
+    marked ``TimeLimit.truncated`` so its last value is still bootstrapped.
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    n = replay_buffer.n_envs if replay_buffer is not None else 1
+    envs = [make_env() for _ in range(n)]
+    experts = [ScriptedExpert(e, seed=seed + i) for i, e in enumerate(envs)]
+    obs = [e.reset(seed=seed + 7919 * i)[0] for i, e in enumerate(envs)]
+    started, finished, successes = n, 0, 0
+    keys = list(obs[0])
+    store_obs: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+    store_actions: list[np.ndarray] = []
+    active = [True] * n
+    bar = tqdm(total=episodes, desc="expert demos", unit="ep", disable=not progress, leave=False)
+    while any(active):
+        actions = np.zeros((n, 2), dtype=np.float32)
+        nexts, rewards, dones, infos = [], np.zeros(n, dtype=np.float32), np.zeros(n, dtype=bool), []
+        for i, (env, expert) in enumerate(zip(envs, experts)):
+            if not active[i]:
+                nexts.append(obs[i])
+                infos.append({})
+                continue
+            actions[i] = expert.act(obs[i])
+            if actions[i].any():  # the expert idles once every object is placed: nothing to imitate there
+                for k in keys:
+                    store_obs[k].append(obs[i][k])
+                store_actions.append(actions[i])
+            nxt, rewards[i], term, trunc, info = env.step(actions[i])
+            dones[i] = term or trunc
+            info = dict(info, **{"TimeLimit.truncated": trunc and not term})
+            infos.append(info)
+            nexts.append(nxt)
+        if replay_buffer is not None:
+            stack = lambda os: {k: np.stack([o[k] for o in os]) for k in keys}  # noqa: E731
+            replay_buffer.add(stack(obs), stack(nexts), actions, rewards, dones, infos)
+        for i in np.flatnonzero(dones):
+            finished += 1
+            successes += bool(infos[i].get("is_success", False))
+            bar.update(1)
+            if started < episodes:
+                started += 1
+                experts[i].reset()
+                nexts[i] = envs[i].reset(seed=seed + 7919 * started)[0]
+            else:
+                active[i] = False
+        obs = nexts
+    bar.close()
+    for e in envs:
+        e.close()
+    return Demos(
+        obs={k: np.stack(v).astype(np.float32) for k, v in store_obs.items()},
+        actions=np.stack(store_actions).astype(np.float32),
+        episodes=finished,
+        successes=successes,
+    )
+
+
+def _actor_action(actor: torch.nn.Module, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The actor's deterministic action in ``[-1, 1]`` (the squashed mean for SAC/TQC)."""
+    return actor(obs, deterministic=True) if hasattr(actor, "action_dist") else actor(obs)
+
+
+def _q1(critic: torch.nn.Module, obs: dict[str, torch.Tensor], action: torch.Tensor) -> torch.Tensor:
+    """First critic's value ``(B,)`` (mean over quantiles for TQC critics)."""
+    if hasattr(critic, "q1_forward"):
+        return critic.q1_forward(obs, action).mean(-1)
+    return critic(obs, action)[:, 0].mean(-1)
+
+
+def pretrain_actor(
+    actor: torch.nn.Module,
+    demos: Demos,
+    steps: int,
+    batch_size: int = 256,
+    lr: float = 1e-3,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[float]:
+    """Behaviour cloning: regress the actor's deterministic action onto the expert's (MSE). Returns losses."""
+    rng = np.random.default_rng(seed)
+    device = next(actor.parameters()).device
+    optimizer = torch.optim.Adam(actor.parameters(), lr=lr)
+    losses = []
+    actor.train()
+    for _ in tqdm(range(steps), desc="behaviour cloning", disable=not progress, leave=False):
+        obs, target = demos.batch(rng.integers(len(demos), size=batch_size), device)
+        loss = torch.nn.functional.mse_loss(_actor_action(actor, obs), target)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+class DemoBCCallback(BaseCallback):
+    """During RL, every ``every`` env steps: one Q-filtered behaviour-cloning step of the actor on demos.
+
+    The actor is pulled towards the expert's action only on demo states where the first critic
+    values the expert action above the actor's own. ``weight`` scales the loss. Logs
+    ``train/bc_loss`` and ``train/bc_accepted`` (the fraction that passed the Q-filter).
+    """
+
+    def __init__(self, demos: Demos, weight: float = 1.0, every: int = 2, batch_size: int = 128, seed: int = 0):
+        super().__init__()
+        self.demos, self.weight, self.every, self.batch_size = demos, weight, every, batch_size
+        self._rng = np.random.default_rng(seed)
+
+    def _on_step(self) -> bool:
+        model = self.model
+        if self.weight <= 0 or model.num_timesteps < model.learning_starts or self.n_calls % self.every:
+            return True
+        actor, critic = model.policy.actor, model.policy.critic
+        obs, target = self.demos.batch(self._rng.integers(len(self.demos), size=self.batch_size), model.device)
+        actor.train()
+        action = _actor_action(actor, obs)
+        with torch.no_grad():
+            better = (_q1(critic, obs, target) > _q1(critic, obs, action)).float()
+        per_sample = ((action - target) ** 2).sum(-1)
+        loss = self.weight * (per_sample * better).mean()
+        actor.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        actor.optimizer.step()
+        self.logger.record_mean("train/bc_loss", float(per_sample.mean()))
+        self.logger.record_mean("train/bc_accepted", float(better.mean()))
+        return True
