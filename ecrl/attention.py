@@ -68,7 +68,7 @@ def layer_norm(width: int, members: int = 1) -> nn.Module:
 def mlp(sizes: list[int], members: int = 1, activation: type[nn.Module] = nn.GELU) -> nn.Sequential:
     """Linear layers of the given sizes with ``activation`` between them (none after the last)."""
     layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
         layers.append(linear(a, b, members))
         if i < len(sizes) - 2:
             layers.append(activation())

@@ -67,7 +67,7 @@ def collect_demos(
     while any(active):
         actions = np.zeros((n, 2), dtype=np.float32)
         nexts, rewards, dones, infos = [], np.zeros(n, dtype=np.float32), np.zeros(n, dtype=bool), []
-        for i, (env, expert) in enumerate(zip(envs, experts)):
+        for i, (env, expert) in enumerate(zip(envs, experts, strict=True)):
             if not active[i]:
                 nexts.append(obs[i])
                 infos.append({})

@@ -43,7 +43,11 @@ def goal_env_space(n_max: int) -> spaces.Dict:
     """The observation space of an ``ecrl`` push env padded to ``n_max`` objects."""
     box = lambda *shape: spaces.Box(-np.inf, np.inf, shape=shape, dtype=np.float64)  # noqa: E731
     return spaces.Dict(
-        {"observation": box(1 + n_max, ENTITY_DIM), "achieved_goal": box(n_max, GOAL_DIM), "desired_goal": box(n_max, GOAL_DIM)}
+        {
+            "observation": box(1 + n_max, ENTITY_DIM),
+            "achieved_goal": box(n_max, GOAL_DIM),
+            "desired_goal": box(n_max, GOAL_DIM),
+        }
     )
 
 

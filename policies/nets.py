@@ -110,7 +110,9 @@ class EntityNet(nn.Module):
         _check_rows("observation", ents, ENTITY_DIM)
         _check_rows("desired_goal", goals, GOAL_DIM)
         if ents.shape[0] != goals.shape[0]:
-            raise ValueError(f"observation {tuple(ents.shape)} and desired_goal {tuple(goals.shape)} batch sizes differ")
+            raise ValueError(
+                f"observation {tuple(ents.shape)} and desired_goal {tuple(goals.shape)} batch sizes differ"
+            )
         if (action is None) != (self.embed_action is None):
             raise ValueError("this network takes an action" if action is None else "this network takes no action")
         mask, goal_mask = ents[..., _PRESENT] > 0.5, goals[..., _GOAL_PRESENT] > 0.5
@@ -118,7 +120,9 @@ class EntityNet(nn.Module):
         g = self._tokens(self.embed_goal, goals * self.goal_scale)
         if action is not None:
             if action.ndim != 2 or action.shape != (ents.shape[0], self.action_dim):
-                raise ValueError(f"action: expected shape ({ents.shape[0]}, {self.action_dim}), got {tuple(action.shape)}")
+                raise ValueError(
+                    f"action: expected shape ({ents.shape[0]}, {self.action_dim}), got {tuple(action.shape)}"
+                )
             action = action.to(dtype)
             x = torch.cat([x, self._tokens(self.embed_action, action)[..., None, :]], dim=-2)
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
