@@ -164,7 +164,12 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
         raise CheckpointError(f"{root / CONFIG}: unsupported version {config.get('version')!r} (expected {VERSION})")
     if not (root / WEIGHTS).exists():
         raise CheckpointError(f"{root} has {CONFIG} but no {WEIGHTS}")
-    module = _builder(config["builder"])(**config["kwargs"])
+    try:
+        module = _builder(config["builder"])(**config["kwargs"])
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError) as e:  # kwargs (or keys) that build no model
+        raise CheckpointError(f"{root / CONFIG} does not describe a model that can be built: {e!r}") from e
     try:
         state = load_file(str(root / WEIGHTS))
     except Exception as e:  # safetensors raises its own error types for corrupt files

@@ -1,4 +1,4 @@
-"""What every result file carries: provenance, intervals, and the command that made it."""
+"""What every result file carries: provenance, intervals, the command that made it, its tables, plots and GIFs."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ import math
 import os
 import platform
 import subprocess
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 import ecrl
 
@@ -54,3 +57,76 @@ def wilson_interval(successes: int, trials: int, z: float = 1.96) -> tuple[float
 def report_header(title: str, command: str) -> list[str]:
     """Opening lines of a result ``README.md``: its title and the exact command that produced it."""
     return [f"# {title}", "", "Produced by (from the repository root):", "", "```bash", command, "```", ""]
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str | None = None) -> str:
+    """A markdown table; ``align`` has one ``l``/``r`` per column (default: the first left, the rest right)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    if len(align) != len(header):
+        raise ValueError(f"align {align!r} has {len(align)} columns, header has {len(header)}")
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def plot_success_vs_n(
+    series: Mapping[str, Sequence[Mapping[str, Any]]],
+    path: Path,
+    *,
+    title: str,
+    legend_title: str | None = None,
+    styles: Mapping[str, Mapping[str, Any]] | None = None,
+    train_n: Sequence[int] = (),
+) -> None:
+    """Success rate vs number of objects, one line per series, with 95% Wilson error bars.
+
+    Args:
+        series: label → rows, each with ``n_objects``, ``success_rate`` and ``success_ci95`` ``[lo, hi]``.
+        path: the PNG to write.
+        title: the plot's title.
+        legend_title: the legend's title.
+        styles: label → extra ``errorbar`` keywords (colour, line style) for that series.
+        train_n: numbers of objects seen in training, shaded in the plot.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    for k, n in enumerate(sorted(set(train_n))):
+        ax.axvspan(n - 0.3, n + 0.3, color="0.85", zorder=0, label="trained on" if k == 0 else None)
+    for k, (label, rows) in enumerate(series.items()):
+        n = np.array([r["n_objects"] for r in rows], dtype=float)
+        rate = np.array([r["success_rate"] for r in rows])
+        ci = np.array([r["success_ci95"] for r in rows]).reshape(-1, 2)
+        # Small horizontal offsets keep overlapping error bars apart.
+        x = n + (k - (len(series) - 1) / 2) * 0.08
+        style = {"marker": "o", "capsize": 3, **(styles or {}).get(label, {})}
+        ax.errorbar(x, rate, yerr=[rate - ci[:, 0], ci[:, 1] - rate], label=label, **style)
+    ax.set_xticks(sorted({r["n_objects"] for rows in series.values() for r in rows} | set(train_n)))
+    ax.set_ylim(-0.03, 1.05)
+    ax.set_xlabel("number of objects N")
+    ax.set_ylabel("success rate (all objects placed)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(title=legend_title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def camera_strip(views: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Camera images ``{name: (H, W, 3) uint8}`` side by side, 2 white pixels apart: ``(H, W', 3)``."""
+    images = list(views.values())
+    gap = np.full((images[0].shape[0], 2, 3), 255, np.uint8)
+    return np.concatenate([part for image in images for part in (gap, image)][1:], axis=1)
+
+
+def write_gif(path: Path, frames: Sequence[np.ndarray], fps: float, hold: int = 10) -> int:
+    """Write ``frames`` (each ``(H, W, 3) uint8``) as a looping GIF, the last one held ``hold`` extra frames; its bytes."""
+    import imageio.v3 as iio
+
+    frames = [*frames, *[frames[-1]] * hold]
+    iio.imwrite(path, np.stack(frames), duration=1000 / fps, loop=0)
+    return path.stat().st_size

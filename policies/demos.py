@@ -172,6 +172,6 @@ class DemoBCCallback(BaseCallback):
         actor.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         actor.optimizer.step()
-        self.logger.record_mean("train/bc_loss", float(per_sample.mean()))
-        self.logger.record_mean("train/bc_accepted", float(better.mean()))
+        self.logger.record_mean("train/bc_loss", per_sample.mean().item())
+        self.logger.record_mean("train/bc_accepted", better.mean().item())
         return True

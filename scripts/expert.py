@@ -43,7 +43,15 @@ import tyro  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from ecrl.envs import GOAL_KINDS, MAX_OBJECTS, ScriptedExpert  # noqa: E402
-from ecrl.reporting import provenance, report_header, wilson_interval  # noqa: E402
+from ecrl.reporting import (  # noqa: E402
+    camera_strip,
+    markdown_table,
+    plot_success_vs_n,
+    provenance,
+    report_header,
+    wilson_interval,
+    write_gif,
+)
 
 
 @dataclass(frozen=True)
@@ -146,55 +154,39 @@ def evaluate(args: Args) -> list[dict[str, Any]]:
     return rows
 
 
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "| goal | N | success | 95% CI | fraction placed | mean length / horizon | wall s |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        lo, hi = r["success_ci95"]
-        lines.append(
-            f"| {r['goal']} | {r['n_objects']} | {r['successes']}/{r['episodes']} ({r['success_rate']:.2f}) "
-            f"| [{lo:.2f}, {hi:.2f}] | {r['fraction_placed']:.2f} | {r['episode_length']:.0f} / {r['horizon']} "
-            f"| {r['wall_s']:.2f} |"
-        )
-    return "\n".join(lines)
+def expert_table(rows: list[dict[str, Any]]) -> str:
+    header = ("goal", "N", "success", "95% CI", "fraction placed", "mean length / horizon", "wall s")
+    return markdown_table(
+        header,
+        (
+            (
+                r["goal"],
+                r["n_objects"],
+                f"{r['successes']}/{r['episodes']} ({r['success_rate']:.2f})",
+                "[{:.2f}, {:.2f}]".format(*r["success_ci95"]),
+                f"{r['fraction_placed']:.2f}",
+                f"{r['episode_length']:.0f} / {r['horizon']}",
+                f"{r['wall_s']:.2f}",
+            )
+            for r in rows
+        ),
+    )
 
 
 def plot_success(rows: list[dict[str, Any]], path: Path) -> None:
     """Success rate vs number of objects, one line per goal kind, with 95% Wilson error bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    goals = list(dict.fromkeys(r["goal"] for r in rows))
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    for k, goal in enumerate(goals):
-        mine = [r for r in rows if r["goal"] == goal]
-        n = np.array([r["n_objects"] for r in mine], dtype=float)
-        rate = np.array([r["success_rate"] for r in mine])
-        ci = np.array([r["success_ci95"] for r in mine])
-        # Small horizontal offsets keep overlapping error bars apart.
-        x = n + (k - (len(goals) - 1) / 2) * 0.08
-        ax.errorbar(x, rate, yerr=[rate - ci[:, 0], ci[:, 1] - rate], marker="o", capsize=3, label=goal)
-    episodes = sorted({r["episodes"] for r in rows})
-    ax.set_xticks(sorted({r["n_objects"] for r in rows}))
-    ax.set_ylim(-0.03, 1.05)
-    ax.set_xlabel("number of objects N")
-    ax.set_ylabel("success rate (all objects placed)")
-    ax.set_title(f"Scripted expert ({'/'.join(map(str, episodes))} episodes per point, 95% Wilson CI)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(title="goal kind", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    goals = dict.fromkeys(r["goal"] for r in rows)
+    episodes = "/".join(map(str, sorted({r["episodes"] for r in rows})))
+    plot_success_vs_n(
+        {goal: [r for r in rows if r["goal"] == goal] for goal in goals},
+        path,
+        title=f"Scripted expert ({episodes} episodes per point, 95% Wilson CI)",
+        legend_title="goal kind",
+    )
 
 
 def record_media(args: Args, out: Path) -> dict[str, Any]:
     """Write `rollout.gif` (both cameras side by side) and `scene.png` (both cameras + segmentation)."""
-    import imageio.v3 as iio
-
     size = args.video_size
     frames: list[np.ndarray] = []
 
@@ -203,15 +195,13 @@ def record_media(args: Args, out: Path) -> dict[str, Any]:
     def grab(env: gym.Env) -> None:
         calls[0] += 1
         if (calls[0] - 1) % args.video_every == 0:
-            views = env.unwrapped.render_views()
-            frames.append(np.concatenate([views["front"], np.full((size, 2, 3), 255, np.uint8), views["top"]], 1))
+            frames.append(camera_strip(env.unwrapped.render_views()))
 
     env = gym.make("ecrl/Push-v0", n_objects=args.video_n, goal=args.video_goal, width=size, height=size)
     episode = run_episode(env, ScriptedExpert(env), args.seed, on_step=grab)
     env.close()
-    frames += [frames[-1]] * 10  # hold the last frame for a moment before the GIF loops
     gif = out / "rollout.gif"
-    iio.imwrite(gif, np.stack(frames), duration=1000 * args.video_every / 20, loop=0)
+    gif_bytes = write_gif(gif, frames, fps=20 / args.video_every)
 
     env = gym.make("ecrl/Push-v0", n_objects=args.video_n, goal=args.video_goal, width=2 * size, height=2 * size)
     env.reset(seed=args.seed)
@@ -226,7 +216,7 @@ def record_media(args: Args, out: Path) -> dict[str, Any]:
         "n_objects": args.video_n,
         "seed": args.seed,
         "frames": len(frames),
-        "gif_bytes": gif.stat().st_size,
+        "gif_bytes": gif_bytes,
         **episode,
     }
 
@@ -268,7 +258,7 @@ def write_readme(path: Path, command: str, rows: list[dict[str, Any]], total_s: 
         "*success*: every object placed (for `ordered`, in order); *fraction placed*: at the episode's end; "
         f"95% CI: Wilson score interval. Total wall-clock {total_s:.0f} s.",
         "",
-        markdown_table(rows),
+        expert_table(rows),
         "",
         "![success vs number of objects](success.png)",
     ]
@@ -304,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = tyro.cli(Args, args=argv, prog="ecrl-expert", description=__doc__)
     result = run(args, command=shlex.join(["ecrl-expert", *argv]))
-    print(markdown_table(result["results"]))
+    print(expert_table(result["results"]))
     outputs = "expert.json, README.md, success.png" + (", rollout.gif, scene.png" if result["media"] else "")
     print(f"wrote {args.out}/ ({outputs})")
 

@@ -6,8 +6,12 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import gymnasium as gym  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from ecrl.envs import TaskSpec, make_env  # noqa: E402
+
+# The test models are tiny: extra threads only add overhead, and thrash on a busy machine.
+torch.set_num_threads(1)
 
 
 @pytest.fixture

@@ -1,0 +1,503 @@
+"""Evaluate any policy on push tasks: success per number of objects and split part, with 95% intervals.
+
+:func:`evaluate` runs, for each part of a compositional split (``train``: the factor combinations
+seen in training, ``test``: held-out ones) and each number of objects N, ``episodes`` episodes
+side by side and calls ``policy.act`` once per step on the stacked batch of their observations.
+Episode ``i`` of every configuration resets with seed ``seed + i``, so two policies (or a policy
+and the scripted expert) are compared on the same scenes.
+
+Per configuration it reports:
+
+- *success rate*: episodes in which every object is placed at the episode's end, with a 95% Wilson
+  interval. An episode ends at the first step at which every object is placed (``stop_on_success``,
+  the default) or at the horizon ``50 + 100 N``; with ``stop_on_success=False`` every episode runs
+  to the horizon and success is read at its last step (objects must also stay placed);
+- *fraction placed*: the mean fraction of objects placed at the episode's end, with a 95% normal
+  (mean ± 1.96 standard errors) interval;
+- *return*: the mean sum of env rewards over the steps run;
+- *episode length*: the mean first step at which every object is placed, or the horizon if never.
+
+A policy is anything with ``act(obs) -> (B, A)`` for a batch of observations (every key stacked
+on a leading axis), like :class:`ecrl.policy.Policy`; per-episode stateful policies also have
+``reset(envs, seeds)``, called after the envs are reset (see :class:`ExpertPolicy`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import gymnasium as gym
+import numpy as np
+from tqdm import tqdm
+
+from ecrl.envs import GOAL_KINDS, MAX_OBJECTS, SPLITS, ScriptedExpert
+from ecrl.envs.task import default_horizon
+from ecrl.reporting import (
+    camera_strip,
+    markdown_table,
+    plot_success_vs_n,
+    provenance,
+    report_header,
+    wilson_interval,
+    write_gif,
+)
+
+EVAL_SEED = 100_000
+"""Default first evaluation seed, far from training seeds."""
+PARTS = ("train", "test")
+
+
+@runtime_checkable
+class BatchPolicy(Protocol):
+    """What :func:`evaluate` drives: actions ``(B, A)`` for observations with a leading batch axis ``B``."""
+
+    def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray: ...
+
+
+class ExpertPolicy:
+    """The scripted expert behind the batch interface: one :class:`ScriptedExpert` per env, reset per episode."""
+
+    meta = {"arch": "scripted_expert", "algo": "scripted"}
+
+    def __init__(self, tolerance: float = 0.5) -> None:
+        self.tolerance = tolerance
+        self._experts: list[ScriptedExpert] = []
+
+    def __repr__(self) -> str:
+        return f"ExpertPolicy(tolerance={self.tolerance})"
+
+    def reset(self, envs: Sequence[gym.Env], seeds: Sequence[int]) -> None:
+        """One fresh expert per env; ``seeds`` seed their random unsticking steps."""
+        self._experts = [ScriptedExpert(env, self.tolerance, seed) for env, seed in zip(envs, seeds, strict=True)]
+
+    def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Actions ``(B, 2)``; row ``b`` of ``obs`` must come from the ``b``-th env given to :meth:`reset`."""
+        if len(obs["observation"]) != len(self._experts):
+            raise ValueError(f"{len(self._experts)} envs were reset, got {len(obs['observation'])} observations")
+        return np.stack([e.act({k: v[b] for k, v in obs.items()}) for b, e in enumerate(self._experts)])
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Episodes of one (part, N) configuration; per-episode lists are ordered by seed."""
+
+    part: str
+    n_objects: int
+    n_max: int
+    horizon: int
+    seeds: list[int]
+    success: list[bool]
+    fraction_placed: list[float]
+    returns: list[float]
+    lengths: list[int]
+    """First step at which every object was placed, or ``horizon`` if never."""
+    env_steps: int
+    wall_s: float
+
+    def summary(self) -> dict[str, Any]:
+        """Every aggregate number of this configuration (what tables, plots and scalars show)."""
+        n, k = len(self.success), int(sum(self.success))
+        frac = np.asarray(self.fraction_placed)
+        mean = float(frac.mean())
+        half = 1.96 * float(frac.std(ddof=1)) / math.sqrt(n) if n > 1 else 0.0
+        return {
+            "part": self.part,
+            "n_objects": self.n_objects,
+            "n_max": self.n_max,
+            "episodes": n,
+            "successes": k,
+            "success_rate": k / n,
+            "success_ci95": list(wilson_interval(k, n)),
+            "fraction_placed": mean,
+            "fraction_placed_ci95": [max(0.0, mean - half), min(1.0, mean + half)],
+            "mean_return": float(np.mean(self.returns)),
+            "episode_length": float(np.mean(self.lengths)),
+            "horizon": self.horizon,
+            "env_steps": self.env_steps,
+            "wall_s": self.wall_s,
+            "steps_per_s": self.env_steps / max(self.wall_s, 1e-9),
+        }
+
+
+@dataclass
+class EvalReport:
+    """What :func:`evaluate` returns: one :class:`EvalResult` per (part, N), the settings and the policy's meta."""
+
+    results: list[EvalResult]
+    settings: dict[str, Any]
+    policy: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def get(self, part: str, n_objects: int) -> EvalResult:
+        for r in self.results:
+            if (r.part, r.n_objects) == (part, n_objects):
+                return r
+        raise KeyError(f"no result for part {part!r}, N = {n_objects}")
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [r.summary() for r in self.results]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "settings": self.settings,
+            "policy": self.policy,
+            "wall_s": self.wall_s,
+            "results": [{**r.summary(), "per_episode": _per_episode(r)} for r in self.results],
+        }
+
+
+def _per_episode(r: EvalResult) -> dict[str, list]:
+    return {k: v for k, v in asdict(r).items() if k in ("seeds", "success", "fraction_placed", "returns", "lengths")}
+
+
+def describe(policy: Any) -> dict[str, Any]:
+    """A JSON-able description of a policy: its ``meta`` and its repr."""
+    return {**dict(getattr(policy, "meta", {}) or {}), "repr": repr(policy)}
+
+
+def check_settings(
+    n_objects: Sequence[int],
+    goal: str,
+    split: str | None,
+    parts: Sequence[str],
+    episodes: int,
+    n_max: int | None = None,
+    batch_size: int | None = None,
+    video_every: int = 1,
+) -> None:
+    """Raise ``ValueError`` (saying what was expected) for settings :func:`evaluate` cannot run."""
+    if not n_objects:
+        raise ValueError("need at least one number of objects")
+    for n in n_objects:
+        if not 1 <= n <= MAX_OBJECTS:
+            raise ValueError(f"numbers of objects must be in 1 … {MAX_OBJECTS}, got {n}")
+    if goal not in GOAL_KINDS:
+        raise ValueError(f"unknown goal kind {goal!r}: expected one of {list(GOAL_KINDS)}")
+    if split is not None and split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}: expected one of {list(SPLITS)} or None")
+    if not parts or any(p not in PARTS for p in parts):
+        raise ValueError(f"parts must be a non-empty subset of {list(PARTS)}, got {list(parts)}")
+    if split is None and "test" in parts:
+        raise ValueError("part 'test' needs a split (held-out combinations), e.g. split='colour_shape'")
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    if n_max is not None and n_max < max(n_objects):
+        raise ValueError(f"n_max must be >= every number of objects (max {max(n_objects)}), got {n_max}")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if video_every < 1:
+        raise ValueError(f"video_every must be >= 1, got {video_every}")
+
+
+def evaluate(
+    policy: BatchPolicy,
+    n_objects: Sequence[int],
+    *,
+    goal: str = "positions",
+    split: str | None = None,
+    parts: Sequence[str] = ("train",),
+    episodes: int = 50,
+    seed: int = EVAL_SEED,
+    n_max: int | None = None,
+    stop_on_success: bool = True,
+    batch_size: int | None = None,
+    progress: bool = True,
+    video_dir: str | Path | None = None,
+    video_every: int = 2,
+) -> EvalReport:
+    """Roll out ``policy`` for every part × number of objects; see the module docstring for the numbers.
+
+    Args:
+        policy: ``act(obs)`` → actions ``(B, A)`` for observations ``(B, …)``; optional ``reset(envs, seeds)``.
+        n_objects: numbers of objects N to evaluate.
+        goal: goal kind (one of ``GOAL_KINDS``).
+        split: name of a compositional split in ``SPLITS``, or ``None`` (random objects, part ``train`` only).
+        parts: parts of the split to evaluate (``train``, ``test``).
+        episodes: episodes per (part, N); episode ``i`` resets with seed ``seed + i``.
+        seed: the first evaluation seed.
+        n_max: pad observations to this many object rows (default: N); a policy's results must not depend on it.
+        stop_on_success: end an episode at the first step at which every object is placed.
+        batch_size: most envs run side by side (default: all ``episodes``).
+        progress: show a progress bar (unit: env steps, an episode ended early counts its remaining steps).
+        video_dir: write one GIF per (part, N) there, ``<part>_n<N>.gif``: the episode of seed ``seed``.
+        video_every: keep every k-th step in the GIFs (the env runs at 20 steps per second).
+    """
+    n_objects, parts = [int(n) for n in n_objects], list(parts)
+    check_settings(n_objects, goal, split, parts, episodes, n_max, batch_size, video_every)
+    settings = {
+        "n_objects": n_objects,
+        "goal": goal,
+        "split": split,
+        "parts": parts,
+        "episodes": episodes,
+        "seed": seed,
+        "n_max": n_max,
+        "stop_on_success": stop_on_success,
+        "video_dir": None if video_dir is None else str(video_dir),
+    }
+    video_dir = None if video_dir is None else Path(video_dir)
+    if video_dir is not None:
+        video_dir.mkdir(parents=True, exist_ok=True)
+    total = sum(episodes * default_horizon(n) for n in n_objects) * len(parts)
+    bar = tqdm(total=total, unit="step", dynamic_ncols=True, disable=not progress)
+    start, results = time.perf_counter(), []
+    for part in parts:
+        for n in n_objects:
+            bar.set_description(f"{part} N={n}")
+            gif = None if video_dir is None else video_dir / f"{part}_n{n}.gif"
+            env_kwargs = {"n_objects": n, "goal": goal, "split": split, "part": part, "n_max": n_max}
+            result = _evaluate_one(
+                policy, env_kwargs, part, seed, episodes, batch_size or episodes, stop_on_success, bar, gif, video_every
+            )
+            results.append(result)
+            bar.set_postfix(success=f"{sum(result.success)}/{episodes}")
+    bar.close()
+    return EvalReport(results, settings, describe(policy), time.perf_counter() - start)
+
+
+def _evaluate_one(
+    policy: BatchPolicy,
+    env_kwargs: dict[str, Any],
+    part: str,
+    seed: int,
+    episodes: int,
+    batch: int,
+    stop_on_success: bool,
+    bar: tqdm,
+    gif: Path | None,
+    video_every: int,
+) -> EvalResult:
+    """Episodes of one (part, N), ``batch`` envs at a time; the first episode goes to ``gif`` if given."""
+    start = time.perf_counter()
+    outcomes: list[dict[str, np.ndarray]] = []
+    frames: list[np.ndarray] = []
+    for first in range(0, episodes, batch):
+        envs = [gym.make("ecrl/Push-v0", **env_kwargs) for _ in range(min(batch, episodes - first))]
+        record = frames.append if gif is not None and first == 0 else None
+        seeds = [seed + first + i for i in range(len(envs))]
+        outcomes.append(_rollout(policy, envs, seeds, stop_on_success, bar, record, video_every))
+        horizon, n_max = envs[0].unwrapped.spec_.max_steps, envs[0].unwrapped.n_max
+        for env in envs:
+            env.close()
+    if frames:
+        write_gif(gif, frames, fps=20 / video_every)
+    out = {k: np.concatenate([o[k] for o in outcomes]) for k in outcomes[0]}
+    return EvalResult(
+        part=part,
+        n_objects=env_kwargs["n_objects"],
+        n_max=n_max,
+        horizon=horizon,
+        seeds=list(range(seed, seed + episodes)),
+        success=out["success"].tolist(),
+        fraction_placed=out["fraction"].tolist(),
+        returns=out["returns"].tolist(),
+        lengths=out["lengths"].tolist(),
+        env_steps=int(out["steps"].sum()),
+        wall_s=time.perf_counter() - start,
+    )
+
+
+def _rollout(
+    policy: BatchPolicy,
+    envs: list[gym.Env],
+    seeds: list[int],
+    stop_on_success: bool,
+    bar: tqdm,
+    record=None,
+    record_every: int = 2,
+) -> dict[str, np.ndarray]:
+    """Run one episode in each env side by side; per env: success, fraction placed, return, length, steps.
+
+    ``record(frame)`` receives camera images of the first env every ``record_every`` steps.
+    """
+    resets = [env.reset(seed=s) for env, s in zip(envs, seeds, strict=True)]
+    obs = [o for o, _ in resets]
+    if hasattr(policy, "reset"):
+        policy.reset(envs, seeds)
+    b, horizon = len(envs), envs[0].unwrapped.spec_.max_steps
+    success = np.array([info["is_success"] for _, info in resets])
+    fraction = np.array([info["fraction_placed"] for _, info in resets], dtype=float)
+    lengths = np.where(success, 0, horizon)
+    returns, steps = np.zeros(b), np.zeros(b, dtype=np.int64)
+    active = ~success if stop_on_success else np.ones(b, dtype=bool)
+    action_shape = (b, *envs[0].action_space.shape)
+    if record is not None:
+        record(camera_strip(envs[0].unwrapped.render_views()))
+    bar.update(horizon * int((~active).sum()))
+    t = 0
+    while active.any():
+        actions = np.asarray(policy.act({k: np.stack([o[k] for o in obs]) for k in obs[0]}))
+        if actions.shape != action_shape:
+            raise ValueError(f"policy.act returned actions of shape {actions.shape}, expected {action_shape}")
+        t += 1
+        stepping = np.flatnonzero(active)
+        for i in stepping:
+            obs[i], reward, terminated, truncated, info = envs[i].step(actions[i])
+            returns[i] += reward
+            steps[i] += 1
+            success[i], fraction[i] = info["is_success"], info["fraction_placed"]
+            if success[i] and lengths[i] == horizon:
+                lengths[i] = t
+            if terminated or truncated or (stop_on_success and success[i]):
+                active[i] = False
+                bar.update(horizon - t)  # the steps it will not run
+        bar.update(len(stepping))
+        if record is not None and active[0] and t % record_every == 0:
+            record(camera_strip(envs[0].unwrapped.render_views()))
+    return {"success": success, "fraction": fraction, "returns": returns, "lengths": lengths, "steps": steps}
+
+
+# ---------------------------------------------------------------------------------------------- logging
+
+
+def scalars(report: EvalReport) -> dict[str, float]:
+    """``eval/<part>/n<N>/<metric>`` → value, for tensorboard and SB3's logger."""
+    out = {}
+    for r in report.rows():
+        prefix = f"eval/{r['part']}/n{r['n_objects']}"
+        for metric in ("success_rate", "fraction_placed", "mean_return", "episode_length"):
+            out[f"{prefix}/{metric}"] = float(r[metric])
+    return out
+
+
+def log_report(report: EvalReport, logger, exclude: str | tuple[str, ...] | None = None) -> None:
+    """Record the report's scalars into an SB3 logger (written at its next ``dump``)."""
+    for key, value in scalars(report).items():
+        logger.record(key, value, exclude=exclude)
+
+
+def log_tensorboard(report: EvalReport, writer, step: int = 0) -> None:
+    """Write the report's scalars at ``step`` to a ``SummaryWriter`` or, given a path, to event files there."""
+    if isinstance(writer, str | Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        with SummaryWriter(str(writer)) as w:
+            log_tensorboard(report, w, step)
+        return
+    for key, value in scalars(report).items():
+        writer.add_scalar(key, value, step)
+    writer.flush()
+
+
+# ---------------------------------------------------------------------------------------------- report files
+
+
+def report_table(report: EvalReport, expert: EvalReport | None = None) -> str:
+    """Markdown table, a row per (part, N); with ``expert``, its success on the same seeds as the ceiling."""
+    header = ["part", "N", "success", "95% CI", "fraction placed [95% CI]", "return", "length / horizon"]
+    rows = []
+    for r in report.rows():
+        row = [
+            r["part"],
+            r["n_objects"],
+            f"{r['successes']}/{r['episodes']} ({r['success_rate']:.2f})",
+            "[{:.2f}, {:.2f}]".format(*r["success_ci95"]),
+            "{:.2f} [{:.2f}, {:.2f}]".format(r["fraction_placed"], *r["fraction_placed_ci95"]),
+            f"{r['mean_return']:.1f}",
+            f"{r['episode_length']:.0f} / {r['horizon']}",
+        ]
+        if expert is not None:
+            try:
+                e = expert.get(r["part"], r["n_objects"]).summary()
+                row.append(f"{e['successes']}/{e['episodes']} ({e['success_rate']:.2f})")
+            except KeyError:
+                row.append("–")
+        rows.append(row)
+    return markdown_table([*header, "expert success"] if expert is not None else header, rows)
+
+
+def _label(report: EvalReport) -> str:
+    meta = report.policy
+    return "scripted expert" if meta.get("arch") == "scripted_expert" else str(meta.get("arch") or "policy")
+
+
+def plot_report(report: EvalReport, path: Path, expert: EvalReport | None = None, train_n: Sequence[int] = ()) -> None:
+    """``success.png``: success vs N, a line per part (and per part for the expert ceiling), training N shaded."""
+    name, parts = _label(report), report.settings["parts"]
+    series, styles = {}, {}
+    for k, part in enumerate(parts):
+        label = f"{name}: {part}" if len(parts) > 1 else name
+        series[label] = [r for r in report.rows() if r["part"] == part]
+        styles[label] = {"color": f"C{k}"}
+        if expert is not None:
+            ceiling = f"expert: {part}" if len(parts) > 1 else "scripted expert"
+            series[ceiling] = [r for r in expert.rows() if r["part"] == part]
+            styles[ceiling] = {"color": f"C{k}", "linestyle": "--", "alpha": 0.5, "marker": "s"}
+    s = report.settings
+    task = f"{s['goal']}, " + (f"split {s['split']}" if s["split"] else "random objects")
+    title = f"{name} on {task} ({s['episodes']} episodes per point, 95% Wilson CI)"
+    plot_success_vs_n(series, path, title=title, styles=styles, train_n=train_n)
+
+
+def write_report(
+    report: EvalReport,
+    out_dir: str | Path,
+    command: str,
+    *,
+    expert: EvalReport | None = None,
+    train_n: Sequence[int] | None = None,
+    tb_step: int | None = None,
+) -> dict[str, Any]:
+    """Write ``eval.json``, ``README.md``, ``success.png`` and tensorboard scalars (``tb/``) to ``out_dir``.
+
+    Args:
+        report: what :func:`evaluate` returned.
+        out_dir: the output directory (created if missing).
+        command: the command that produced the report (quoted in ``README.md`` and ``eval.json``).
+        expert: the scripted expert evaluated on the same seeds: the ceiling row and plot lines.
+        train_n: numbers of objects seen in training, marked in the plot (default: the policy's
+            ``meta["train_n_objects"]``).
+        tb_step: global step of the scalars (default: the policy's ``meta["env_steps"]``, else 0).
+
+    Returns:
+        What ``eval.json`` holds.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    train_n = list(report.policy.get("train_n_objects") or []) if train_n is None else list(train_n)
+    result = {
+        "command": command,
+        **report.to_dict(),
+        "train_n_objects": train_n,
+        "expert": None if expert is None else expert.to_dict(),
+        "provenance": provenance(),
+    }
+    (out / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot_report(report, out / "success.png", expert, train_n)
+    log_tensorboard(report, out / "tb", report.policy.get("env_steps", 0) if tb_step is None else tb_step)
+    s = report.settings
+    stop = (
+        "at the first step at which every object is placed, or at the horizon"
+        if s["stop_on_success"]
+        else "at the horizon (success is read at the last step)"
+    )
+    lines = [
+        *report_header(f"Evaluation of {_label(report)}: success per number of objects", command),
+        f"Policy: `{report.policy.get('repr', '?')}`"
+        + (f", trained on N = {', '.join(map(str, train_n))}" if train_n else "")
+        + f". Goal `{s['goal']}`, "
+        + (f"split `{s['split']}` (`test`: held-out combinations)" if s["split"] else "random objects (no split)")
+        + f"; {s['episodes']} episodes per row, seeds "
+        f"{s['seed']} … {s['seed'] + s['episodes'] - 1} (the same for every row"
+        + (" and for the expert" if expert is not None else "")
+        + f"). An episode ends {stop}. *success*: every object placed at the episode's end (95% CI: "
+        "Wilson score interval); *fraction placed*: at the episode's end (95% CI: normal approximation); "
+        "*return*: sum of rewards; *length*: first step with every object placed, or the horizon if never. "
+        f"Total wall-clock {report.wall_s:.0f} s.",
+        "",
+        report_table(report, expert),
+        "",
+        "![success vs number of objects](success.png)",
+    ]
+    if s.get("video_dir"):
+        for gif in sorted(Path(s["video_dir"]).glob("*.gif")):
+            lines += ["", f"![{gif.stem}]({os.path.relpath(gif, out)})"]
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+    return result

@@ -1,0 +1,497 @@
+"""RL training runs: SB3 SAC/TD3/TQC + HER with entity-centric (or flat MLP) actor-critics.
+
+A run lives in ``runs/<task>__<algo>__<seed>__<time>/``:
+
+- ``config.json``: the :class:`TrainConfig` it was started with;
+- ``tb/``: tensorboard events (SB3's ``rollout/``, ``train/``, ``time/`` keys, periodic ``eval/``)
+  and ``progress.csv``;
+- ``checkpoints/latest/`` (and ``checkpoints/step_<k>/`` if ``keep_checkpoints``): the inference
+  policy (``policy.safetensors`` + ``policy.json``, for :func:`ecrl.load`) and the full training
+  state (``training.safetensors`` with every network and optimizer, ``training.json``,
+  ``replay.npz``), all loadable without pickle; ``--resume RUN_DIR`` continues from it;
+- ``final/``: the policy at the end of training; ``eval/``: evaluations.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field, fields
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from sb3_contrib import TQC
+from stable_baselines3 import SAC, TD3, HerReplayBuffer
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.logger import configure
+from stable_baselines3.common.noise import NormalActionNoise
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
+from ecrl.policies.demos import DemoBCCallback, collect_demos, pretrain_actor
+from ecrl.policies.export import policy_from_model
+from ecrl.policies.sb3 import ENTITY_POLICIES
+from ecrl.reporting import provenance
+
+ALGOS = {"sac": SAC, "td3": TD3, "tqc": TQC}
+
+
+@dataclass
+class TrainConfig:
+    """An RL training run (every field is a command-line option of ``ecrl-train``)."""
+
+    n_objects: int = 1
+    """Objects per training episode."""
+    goal: str = "positions"
+    """Goal kind: positions, adjacent, sort or ordered."""
+    split: str | None = None
+    """Compositional split (e.g. ``colour_shape``): train on its ``train`` part only; ``None``: all combinations."""
+    n_max: int | None = None
+    """Observation padding (default: ``n_objects``). Entity-centric models do not depend on it."""
+    algo: Literal["sac", "td3", "tqc"] = "sac"
+    """RL algorithm (SB3 SAC/TD3, sb3-contrib TQC), always with HER."""
+    arch: Literal["eit", "deepsets", "mlp"] = "eit"
+    """Actor/critic: Entity Interaction Transformer, DeepSets, or SB3's flat MLP (fixed N)."""
+    width: int = 32
+    """Token width of the entity-centric networks."""
+    heads: int = 1
+    """Attention heads (EIT)."""
+    blocks: int = 1
+    """Self-attention blocks before and after the cross-attention to goals (EIT)."""
+    mlp_ratio: int = 2
+    """Hidden width of the blocks' MLPs as a multiple of ``width``."""
+    net_arch: tuple[int, ...] = (256, 256)
+    """Hidden layers of the flat MLP baseline (SB3's default for SAC)."""
+    steps: int = 100_000
+    """Budget: environment steps (over all parallel envs)."""
+    seed: int = 0
+    """Seed of the networks, the envs and the demonstrations."""
+    n_envs: int = 1
+    """Parallel environments (``SubprocVecEnv`` when > 1 and ``subproc``)."""
+    subproc: bool = True
+    """Run parallel environments in subprocesses (else in-process, ``DummyVecEnv``)."""
+    device: str = "auto"
+    """torch device: auto, cpu, cuda, cuda:1, ..."""
+    threads: int | None = None
+    """torch CPU threads (default: torch's choice)."""
+    lr: float = 1e-3
+    """Learning rate of actor and critic."""
+    batch_size: int = 256
+    """Minibatch size of each gradient step."""
+    buffer_size: int | None = None
+    """Replay buffer capacity (default: ``steps`` + the demonstrations)."""
+    gamma: float = 0.95
+    """Discount factor."""
+    tau: float = 0.05
+    """Target network Polyak coefficient."""
+    learning_starts: int | None = None
+    """Env steps before the first update (default: one episode per env, the minimum HER allows)."""
+    update_every: int = 2
+    """Env steps (per env) between training phases."""
+    utd: float = 0.5
+    """Gradient steps per environment step (update-to-data ratio)."""
+    her_k: int = 4
+    """HER relabelled goals per real one (``future`` strategy)."""
+    action_noise: float = 0.2
+    """TD3 Gaussian exploration noise (std, in units of the action bound)."""
+    demos: int = 0
+    """Scripted-expert episodes added to the replay buffer before training (0: none)."""
+    bc_steps: int = 0
+    """Behaviour-cloning steps pre-training the actor on the demonstrations."""
+    bc_weight: float = 0.0
+    """Weight of the Q-filtered behaviour-cloning term during RL (0: off)."""
+    bc_every: int = 2
+    """Env steps between behaviour-cloning updates during RL."""
+    eval_every: int = 20_000
+    """Env steps between evaluations (0: none)."""
+    eval_objects: tuple[int, ...] = ()
+    """Numbers of objects evaluated periodically (default: training N and twice it)."""
+    eval_episodes: int = 20
+    """Episodes per evaluated N."""
+    checkpoint_every: int = 10_000
+    """Env steps between checkpoints (0: only at the end)."""
+    keep_checkpoints: bool = False
+    """Keep every ``checkpoints/step_<k>/`` policy, not only ``latest``."""
+    save_replay: bool = True
+    """Save the replay buffer with each checkpoint (needed for a faithful ``--resume``)."""
+    runs_dir: Path = Path("runs")
+    """Where run directories are created."""
+    name: str | None = None
+    """Run directory name (default: ``<task>__<algo>__<seed>__<time>``)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.n_objects < 1:
+            problems.append(f"n_objects must be >= 1, got {self.n_objects}")
+        if self.steps < 1:
+            problems.append(f"steps must be >= 1, got {self.steps}")
+        if self.n_envs < 1:
+            problems.append(f"n_envs must be >= 1, got {self.n_envs}")
+        if not 0 < self.utd <= 16:
+            problems.append(f"utd must be in (0, 16], got {self.utd}")
+        if self.bc_weight > 0 and self.demos == 0:
+            problems.append("bc_weight > 0 needs demonstrations (--demos N)")
+        if self.bc_steps > 0 and self.demos == 0:
+            problems.append("bc_steps > 0 needs demonstrations (--demos N)")
+        if problems:
+            raise ValueError("invalid training config: " + "; ".join(problems))
+
+    @property
+    def task(self) -> str:
+        split = f"-{self.split}" if self.split else ""
+        return f"push{self.n_objects}-{self.goal}{split}-{self.arch}"
+
+    @property
+    def horizon(self) -> int:
+        return 50 + 100 * self.n_objects
+
+    def env_kwargs(self, part: str = "train") -> dict[str, Any]:
+        kw: dict[str, Any] = {"n_objects": self.n_objects, "goal": self.goal, "n_max": self.n_max}
+        if self.split:
+            kw.update(split=self.split, part=part)
+        return kw
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["runs_dir"] = str(self.runs_dir)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrainConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"unknown training config keys {sorted(unknown)}")
+        data = dict(data)
+        data["runs_dir"] = Path(data.get("runs_dir", "runs"))
+        for key in ("net_arch", "eval_objects"):
+            if key in data:
+                data[key] = tuple(data[key])
+        return cls(**data)
+
+
+def _make_env(config: TrainConfig) -> gym.Env:
+    return gym.make("ecrl/Push-v0", **config.env_kwargs())
+
+
+def build_model(config: TrainConfig, env) -> SAC | TD3 | TQC:
+    """The SB3 algorithm of ``config`` on the vectorised ``env``."""
+    algo_cls = ALGOS[config.algo]
+    buffer_size = config.buffer_size or (config.steps + config.demos * config.horizon + config.n_envs)
+    kwargs: dict[str, Any] = {
+        "learning_rate": config.lr,
+        "buffer_size": buffer_size,
+        "batch_size": config.batch_size,
+        "gamma": config.gamma,
+        "tau": config.tau,
+        "learning_starts": config.learning_starts if config.learning_starts is not None else config.horizon + 1,
+        "train_freq": (config.update_every, "step"),
+        "gradient_steps": max(1, round(config.utd * config.update_every * config.n_envs)),
+        "replay_buffer_class": HerReplayBuffer,
+        "replay_buffer_kwargs": {"n_sampled_goal": config.her_k, "goal_selection_strategy": "future"},
+        "seed": config.seed,
+        "device": config.device,
+        "verbose": 0,
+    }
+    if config.algo == "td3":
+        n = int(env.action_space.shape[0])
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(n), config.action_noise * np.ones(n))
+    if config.arch == "mlp":
+        policy: Any = "MultiInputPolicy"
+        kwargs["policy_kwargs"] = {"net_arch": list(config.net_arch)}
+    else:
+        policy = ENTITY_POLICIES[config.algo]
+        net = {"arch": config.arch, "width": config.width, "heads": config.heads, "blocks": config.blocks}
+        kwargs["policy_kwargs"] = {"net": dict(net, mlp_ratio=config.mlp_ratio)}
+    return algo_cls(policy, env, **kwargs)
+
+
+def policy_meta(config: TrainConfig, model) -> dict[str, Any]:
+    return {
+        "arch": config.arch,
+        "algo": config.algo,
+        "net_arch": list(config.net_arch),
+        "train_n_objects": [config.n_objects],
+        "goal": config.goal,
+        "split": config.split,
+        "env_steps": int(model.num_timesteps),
+        "task": config.task,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+
+
+def _optimizers(model) -> dict[str, torch.optim.Optimizer]:
+    opts = {"actor": model.actor.optimizer, "critic": model.critic.optimizer}
+    if getattr(model, "ent_coef_optimizer", None) is not None:
+        opts["ent_coef"] = model.ent_coef_optimizer
+    return opts
+
+
+def _training_state(model) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    tensors = {f"policy.{k}": v.detach().cpu().contiguous() for k, v in model.policy.state_dict().items()}
+    meta: dict[str, Any] = {"num_timesteps": int(model.num_timesteps), "episode_num": int(model._episode_num)}
+    if getattr(model, "log_ent_coef", None) is not None:
+        tensors["log_ent_coef"] = model.log_ent_coef.detach().cpu().clone()
+    meta["optimizers"] = {}
+    for name, opt in _optimizers(model).items():
+        sd = opt.state_dict()
+        scalars: dict[str, dict[str, Any]] = {}
+        for pid, state in sd["state"].items():
+            for key, value in state.items():
+                if torch.is_tensor(value):
+                    tensors[f"opt.{name}.{pid}.{key}"] = value.detach().cpu().contiguous()
+                else:
+                    scalars.setdefault(str(pid), {})[key] = value
+        meta["optimizers"][name] = {"param_groups": sd["param_groups"], "scalars": scalars, "ids": list(sd["state"])}
+    return tensors, meta
+
+
+def _load_training_state(model, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    policy_state = {k.removeprefix("policy."): v for k, v in tensors.items() if k.startswith("policy.")}
+    model.policy.load_state_dict(policy_state)
+    if "log_ent_coef" in tensors:
+        with torch.no_grad():
+            model.log_ent_coef.copy_(tensors["log_ent_coef"])
+    for name, opt in _optimizers(model).items():
+        saved = meta["optimizers"][name]
+        state: dict[int, dict[str, Any]] = {}
+        for pid in saved["ids"]:
+            entry = dict(saved["scalars"].get(str(pid), {}))
+            prefix = f"opt.{name}.{pid}."
+            entry.update({k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)})
+            state[int(pid)] = entry
+        opt.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
+    model.num_timesteps = int(meta["num_timesteps"])
+    model._episode_num = int(meta["episode_num"])
+
+
+_BUFFER_ARRAYS = ("actions", "rewards", "dones", "timeouts", "ep_start", "ep_length")
+
+
+def _save_replay(buffer: HerReplayBuffer, path: Path) -> None:
+    end = buffer.buffer_size if buffer.full else buffer.pos
+    arrays = {name: getattr(buffer, name)[:end] for name in _BUFFER_ARRAYS}
+    for key in buffer.observations:
+        arrays[f"obs.{key}"] = buffer.observations[key][:end]
+        arrays[f"next_obs.{key}"] = buffer.next_observations[key][:end]
+    arrays["_current_ep_start"] = buffer._current_ep_start
+    arrays["_pos_full"] = np.array([buffer.pos, int(buffer.full)])
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def _load_replay(buffer: HerReplayBuffer, path: Path) -> None:
+    with np.load(path, allow_pickle=False) as data:
+        end = len(data["actions"])
+        if end > buffer.buffer_size:
+            raise ValueError(f"{path} holds {end} transitions but the buffer has room for {buffer.buffer_size}")
+        for name in _BUFFER_ARRAYS:
+            getattr(buffer, name)[:end] = data[name]
+        for key in buffer.observations:
+            buffer.observations[key][:end] = data[f"obs.{key}"]
+            buffer.next_observations[key][:end] = data[f"next_obs.{key}"]
+        buffer._current_ep_start[:] = data["_current_ep_start"]
+        buffer.pos, buffer.full = int(data["_pos_full"][0]), bool(data["_pos_full"][1])
+    # The episodes in progress when the checkpoint was written were cut: close them so HER never
+    # relabels across the break (the envs restart fresh episodes).
+    buffer.truncate_last_trajectory()
+
+
+def save_checkpoint(model, config: TrainConfig, run_dir: Path, replay: bool) -> Path:
+    """Write ``checkpoints/latest/`` atomically (a temp dir renamed into place); returns it."""
+    ckpt_root = run_dir / "checkpoints"
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    tmp = ckpt_root / f".tmp_{model.num_timesteps}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    policy_from_model(model, policy_meta(config, model)).save(tmp)
+    tensors, meta = _training_state(model)
+    save_file(tensors, str(tmp / "training.safetensors"))
+    (tmp / "training.json").write_text(json.dumps(meta, indent=1) + "\n")
+    if replay:
+        _save_replay(model.replay_buffer, tmp / "replay.npz")
+    if config.keep_checkpoints:
+        shutil.copytree(tmp, ckpt_root / f"step_{model.num_timesteps}", ignore=shutil.ignore_patterns("replay.npz"))
+    latest, old = ckpt_root / "latest", ckpt_root / ".old"
+    shutil.rmtree(old, ignore_errors=True)
+    if latest.exists():
+        latest.rename(old)
+    tmp.rename(latest)
+    shutil.rmtree(old, ignore_errors=True)
+    return latest
+
+
+def load_checkpoint(model, ckpt: Path) -> None:
+    """Restore networks, optimizers, step counter and (if saved) the replay buffer from ``ckpt``."""
+    if not (ckpt / "training.json").exists():
+        raise FileNotFoundError(f"{ckpt} has no training state (training.json); cannot resume from it")
+    meta = json.loads((ckpt / "training.json").read_text())
+    _load_training_state(model, load_file(str(ckpt / "training.safetensors")), meta)
+    if (ckpt / "replay.npz").exists():
+        _load_replay(model.replay_buffer, ckpt / "replay.npz")
+
+
+class CheckpointCallback(BaseCallback):
+    """Saves ``checkpoints/latest/`` every ``every`` env steps."""
+
+    def __init__(self, config: TrainConfig, run_dir: Path) -> None:
+        super().__init__()
+        self.config, self.run_dir = config, run_dir
+        self._last = 0
+
+    def _on_training_start(self) -> None:
+        self._last = self.model.num_timesteps
+
+    def _on_step(self) -> bool:
+        every = self.config.checkpoint_every
+        if every and self.model.num_timesteps - self._last >= every:
+            self._last = self.model.num_timesteps
+            save_checkpoint(self.model, self.config, self.run_dir, self.config.save_replay)
+        return True
+
+
+class PeriodicEvalCallback(BaseCallback):
+    """Every ``every`` env steps, evaluates the current policy on several N and logs ``eval/…``."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        super().__init__()
+        self.config = config
+        self._last = 0
+        self.history: list[dict[str, Any]] = []
+
+    def _on_training_start(self) -> None:
+        self._last = self.model.num_timesteps
+
+    def _on_step(self) -> bool:
+        if self.config.eval_every and self.model.num_timesteps - self._last >= self.config.eval_every:
+            self._last = self.model.num_timesteps
+            self.history.append(run_periodic_eval(self.model, self.config, self.logger))
+        return True
+
+
+def run_periodic_eval(model, config: TrainConfig, logger=None) -> dict[str, Any]:
+    from ecrl.evaluation import evaluate, log_report
+
+    n = config.n_objects
+    objects = config.eval_objects or tuple(sorted({n, 2 * n}))
+    parts = ("train", "test") if config.split else ("train",)
+    report = evaluate(
+        policy_from_model(model, policy_meta(config, model)),
+        objects,
+        goal=config.goal,
+        split=config.split,
+        parts=parts,
+        episodes=config.eval_episodes,
+        progress=False,
+    )
+    if logger is not None:
+        log_report(report, logger)
+    return {"env_steps": int(model.num_timesteps), "report": report}
+
+
+# ---------------------------------------------------------------------------------------------- the run
+
+
+def _run_dir(config: TrainConfig) -> Path:
+    name = config.name or f"{config.task}__{config.algo}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+    return config.runs_dir / name
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    env_steps: int
+    wall_s: float
+    demo_success: float | None = None
+    bc_loss: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
+    """Run (or, with ``resume`` = a run directory, continue) one training run. Returns where it went."""
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    if resume is not None:
+        run_dir = Path(resume)
+        ckpt = run_dir / "checkpoints" / "latest"
+        if not (run_dir / "config.json").exists() or not (ckpt / "training.json").exists():
+            raise FileNotFoundError(
+                f"{run_dir} is not a run directory with a checkpoint to resume (checkpoints/latest/)"
+            )
+        config = TrainConfig.from_json(json.loads((run_dir / "config.json").read_text()))
+    else:
+        run_dir = _run_dir(config)
+        if run_dir.exists():
+            raise FileExistsError(f"{run_dir} exists; pick another --name or use --resume {run_dir}")
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.json").write_text(json.dumps(config.to_json(), indent=2) + "\n")
+        (run_dir / "provenance.json").write_text(json.dumps(provenance(), indent=2) + "\n")
+
+    vec_cls = SubprocVecEnv if config.n_envs > 1 and config.subproc else DummyVecEnv
+    env = make_vec_env(
+        partial(_make_env, config),
+        n_envs=config.n_envs,
+        seed=config.seed + (1_000_000 if resume else 0),
+        vec_env_cls=vec_cls,
+    )
+    model = build_model(config, env)
+    model.set_logger(configure(str(run_dir / "tb"), ["tensorboard", "csv"]))
+    started = time.perf_counter()
+    result = TrainResult(run_dir=run_dir, env_steps=0, wall_s=0.0)
+
+    callbacks: list[BaseCallback] = [CheckpointCallback(config, run_dir), PeriodicEvalCallback(config)]
+    demos = None
+    if config.demos:
+        # Re-collected on resume too (same seed, same episodes): they are the BC term's data.
+        demos = collect_demos(
+            partial(_make_env, config),
+            config.demos,
+            seed=config.seed + 2_000_000,
+            replay_buffer=None if resume else model.replay_buffer,
+            progress=config.progress,
+        )
+        result.demo_success = demos.successes / demos.episodes
+        if config.bc_weight > 0:
+            callbacks.append(DemoBCCallback(demos, config.bc_weight, config.bc_every, seed=config.seed))
+    if resume is not None:
+        load_checkpoint(model, ckpt)
+    elif demos is not None and config.bc_steps:
+        losses = pretrain_actor(model.actor, demos, config.bc_steps, seed=config.seed, progress=config.progress)
+        result.bc_loss = float(np.mean(losses[-100:]))
+        if config.algo == "td3":
+            model.actor_target.load_state_dict(model.actor.state_dict())
+    # learning_starts counts env steps; the demos already fill the buffer.
+    if demos is not None and resume is None:
+        model.learning_starts = 0
+
+    remaining = config.steps - model.num_timesteps
+    if remaining > 0:
+        model.learn(
+            remaining,
+            callback=CallbackList(callbacks),
+            reset_num_timesteps=resume is None,
+            progress_bar=config.progress,
+        )
+    save_checkpoint(model, config, run_dir, config.save_replay)
+    policy_from_model(model, policy_meta(config, model)).save(run_dir / "final")
+    env.close()
+    result.env_steps = int(model.num_timesteps)
+    result.wall_s = time.perf_counter() - started
+    summary = {"env_steps": result.env_steps, "wall_s_this_session": result.wall_s, "resumed": resume is not None}
+    if result.demo_success is not None:
+        summary["demo_success"] = result.demo_success
+    if result.bc_loss is not None:
+        summary["bc_loss"] = result.bc_loss
+    with open(run_dir / "sessions.jsonl", "a") as f:
+        f.write(json.dumps(summary) + "\n")
+    return result

@@ -1,0 +1,164 @@
+"""Evaluate a trained policy (or the scripted expert) on 1 … 16 objects and on held-out combinations.
+
+`ecrl-eval PATH` loads a policy with `ecrl.load` (a run directory, a checkpoint directory or one of
+its files; or `expert` for the scripted expert alone), runs `--episodes` episodes per part × number
+of objects on fixed evaluation seeds, and writes to `--out`:
+
+- `eval.json`: every number (per episode too), the arguments, the command and provenance;
+- `README.md`: a table per (part, N): success with its 95% Wilson interval, fraction placed,
+  return, episode length, and the scripted expert's success on the same seeds (the ceiling);
+- `success.png`: success rate vs number of objects, training N shaded;
+- `tb/`: tensorboard scalars `eval/<part>/n<N>/success_rate` (and `fraction_placed`, `mean_return`,
+  `episode_length`);
+- `videos/<part>_n<N>.gif` with `--video`: the first episode of every configuration.
+
+The default output directory is `<run>/eval/` for a run directory, `<checkpoint>_eval/` beside a
+checkpoint directory, and `results/eval_expert/` for `expert`. The goal kind and the split default to
+those the policy was trained on (its `meta`); with a split, both parts are evaluated.
+
+Examples:
+    # a trained run: N in {1, 2, 3, 4, 6, 8, 12}, its training split's train and test parts, expert ceiling
+    ecrl-eval runs/push3__sac__0__20250101-000000 --objects 1 2 3 4 6 8 12
+
+    # a checkpoint, held-out colour × shape combinations only, with videos
+    ecrl-eval runs/push3__sac__0__20250101-000000/checkpoints/latest --split colour_shape --parts test --video
+
+    # the scripted expert alone, a smoke run in a few seconds
+    ecrl-eval expert --objects 1 2 --episodes 2 --out /tmp/eval_expert
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import shlex  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Annotated  # noqa: E402
+
+import tyro  # noqa: E402
+
+import ecrl  # noqa: E402
+from ecrl.evaluation import (  # noqa: E402
+    EVAL_SEED,
+    ExpertPolicy,
+    check_settings,
+    evaluate,
+    report_table,
+    write_report,
+)
+from ecrl.policy import CONFIG, CheckpointError, Policy  # noqa: E402
+
+EXPERT = "expert"
+
+
+@dataclass(frozen=True)
+class Args:
+    """Evaluate a policy: success per number of objects and split part, with the scripted expert as ceiling."""
+
+    path: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="PATH")]
+    """A run directory, a checkpoint directory (or one of its files), or `expert` for the scripted expert alone."""
+    objects: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12)
+    """Numbers of objects to evaluate."""
+    goal: str | None = None
+    """Goal kind (positions, adjacent, sort, ordered); default: the policy's training goal, else positions."""
+    split: str | None = None
+    """Compositional split (colour_shape, shape_goal, or none); default: the policy's training split, else none."""
+    parts: tuple[str, ...] | None = None
+    """Parts of the split to evaluate (train, test); default: both with a split, else train."""
+    episodes: int = 50
+    """Episodes per (part, number of objects)."""
+    seed: int = EVAL_SEED
+    """Episode `i` of every configuration resets with seed `seed + i`; keep it far from training seeds."""
+    n_max: int | None = None
+    """Pad observations to this many object rows (default: N, or the fixed width of a flat-MLP policy)."""
+    stop_on_success: bool = True
+    """End an episode once every object is placed (`--no-stop-on-success`: run to the horizon)."""
+    expert: bool = True
+    """Also evaluate the scripted expert on the same seeds, as the ceiling (`--no-expert` skips it)."""
+    video: bool = False
+    """Write one GIF per (part, N) into `<out>/videos/`."""
+    out: Path | None = None
+    """Output directory (default: `<run>/eval/`, `<checkpoint>_eval/`, or `results/eval_expert/`)."""
+    device: str = "cpu"
+    """Torch device of the policy."""
+    progress: bool = True
+    """Show a progress bar."""
+
+
+def default_out(path: str) -> Path:
+    """`<run>/eval/` for a run directory, `<checkpoint>_eval/` beside a checkpoint, `results/eval_expert/` for the expert."""
+    if path == EXPERT:
+        return Path("results/eval_expert")
+    p = Path(path)
+    if p.is_file():
+        p = p.parent
+    return p.parent / f"{p.name}_eval" if (p / CONFIG).exists() else p / "eval"
+
+
+def fixed_n_max(policy: Policy | ExpertPolicy) -> int | None:
+    """The observation width a flat-MLP policy was trained with (entity-centric policies have none)."""
+    n_max = getattr(policy, "kwargs", {}).get("n_max")
+    return None if n_max is None else int(n_max)
+
+
+def resolve(args: Args, policy) -> tuple[tuple[int, ...], dict]:
+    """Numbers of objects and :func:`evaluate` keywords: defaults from the policy's meta, then checked."""
+    meta = policy.meta
+    split = args.split if args.split is not None else meta.get("split")
+    split = None if split in (None, "none") else split
+    objects, n_max = args.objects, args.n_max
+    width = fixed_n_max(policy)
+    if width is not None:
+        n_max = n_max or width
+        if n_max != width:
+            raise ValueError(f"this flat-MLP policy reads exactly {width} object rows; got --n-max {n_max}")
+        dropped = [n for n in objects if n > width]
+        objects = tuple(n for n in objects if n <= width)
+        if not objects:
+            raise ValueError(f"this flat-MLP policy runs on at most {width} objects; got --objects {args.objects}")
+        if dropped:
+            print(f"note: flat-MLP policy (fixed width {width}): skipping N = {dropped}", file=sys.stderr)
+    kwargs = {
+        "goal": args.goal or meta.get("goal") or "positions",
+        "split": split,
+        "parts": args.parts or (("train", "test") if split else ("train",)),
+        "episodes": args.episodes,
+        "seed": args.seed,
+        "n_max": n_max,
+    }
+    check_settings(objects, kwargs["goal"], split, kwargs["parts"], args.episodes, n_max)
+    return objects, {**kwargs, "stop_on_success": args.stop_on_success, "progress": args.progress}
+
+
+def run(args: Args, policy, objects: tuple[int, ...], kwargs: dict, command: str) -> tuple[str, Path]:
+    """Evaluate, write every output, and return the table and the output directory."""
+    out = args.out or default_out(args.path)
+    report = evaluate(policy, objects, video_dir=out / "videos" if args.video else None, **kwargs)
+    expert = evaluate(ExpertPolicy(), objects, **kwargs) if args.expert and args.path != EXPERT else None
+    write_report(report, out, command, expert=expert)
+    return report_table(report, expert), out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of `ecrl-eval`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = tyro.cli(Args, args=argv, prog="ecrl-eval", description=__doc__)
+    try:
+        policy = ExpertPolicy() if args.path == EXPERT else ecrl.load(args.path, device=args.device)
+        objects, kwargs = resolve(args, policy)
+    except (CheckpointError, ValueError) as e:  # bad input: a clean message, not a traceback
+        print(f"ecrl-eval: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from e
+    table, out = run(args, policy, objects, kwargs, command=shlex.join(["ecrl-eval", *argv]))
+    print(table)
+    print(f"wrote {out}/ (eval.json, README.md, success.png, tb/{', videos/' if args.video else ''})")
+
+
+if __name__ == "__main__":
+    main()
