@@ -25,6 +25,21 @@ def _key_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
     return None if mask is None else rearrange(mask, "b m -> b 1 1 m")
 
 
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """SDPA of ``q: (…, B, H, N, c)`` over ``k, v: (…, B, H, M, c)`` with a key mask ``(B, M)``.
+
+    The leading axes are folded into the batch: PyTorch's fused CPU kernel takes 4-D inputs only and
+    falls back to the (much slower to differentiate) math path on 5-D ensemble inputs.
+    """
+    lead = q.shape[:-3]
+    if len(lead) > 1:
+        if mask is not None:
+            mask = mask.expand(*lead[:-1], *mask.shape).reshape(-1, mask.shape[-1])
+        q, k, v = (t.reshape(-1, *t.shape[-3:]) for t in (q, k, v))
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=_key_mask(mask))
+    return y.reshape(*lead, *y.shape[-3:])
+
+
 class EnsembleLinear(nn.Module):
     """``members`` independent linear maps applied to ``(E, …, in)`` with one batched matmul."""
 
@@ -91,7 +106,7 @@ class MultiHeadAttention(nn.Module):
         """``x: ([E,] B, N, C)``, ``context: ([E,] B, M, C)``, ``mask: (B, M)`` bool → like ``x``."""
         q = rearrange(self.q(x), "... n (h c) -> ... h n c", h=self.heads)
         k, v = rearrange(self.kv(context), "... m (two h c) -> two ... h m c", two=2, h=self.heads)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=_key_mask(mask))
+        y = _attend(q, k, v, mask)
         return self.out(rearrange(y, "... h n c -> ... n (h c)"))
 
 

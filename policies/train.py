@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from pathlib import Path
@@ -305,7 +306,9 @@ def _load_replay(buffer: HerReplayBuffer, path: Path) -> None:
         buffer.pos, buffer.full = int(data["_pos_full"][0]), bool(data["_pos_full"][1])
     # The episodes in progress when the checkpoint was written were cut: close them so HER never
     # relabels across the break (the envs restart fresh episodes).
-    buffer.truncate_last_trajectory()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # SB3 warns that it truncates: that is the point
+        buffer.truncate_last_trajectory()
 
 
 def save_checkpoint(model, config: TrainConfig, run_dir: Path, replay: bool) -> Path:

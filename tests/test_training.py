@@ -1,0 +1,121 @@
+"""ecrl-train: run directories, checkpoints without pickle, --resume, demonstrations, config errors."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import ecrl
+from ecrl.policies.train import TrainConfig, build_model, load_checkpoint, train
+from ecrl.scripts.train import main
+
+
+def tiny(tmp_path, **kw) -> TrainConfig:
+    base = dict(
+        n_objects=1,
+        steps=400,
+        width=8,
+        heads=1,
+        batch_size=16,
+        eval_every=0,
+        checkpoint_every=200,
+        runs_dir=tmp_path,
+        name="run",
+        progress=False,
+        utd=0.25,
+    )
+    return TrainConfig(**{**base, **kw})
+
+
+def test_run_directory_checkpoint_and_resume(tmp_path):
+    config = tiny(tmp_path, steps=400)
+    result = train(config)
+    run = result.run_dir
+    assert result.env_steps == 400
+    assert json.loads((run / "config.json").read_text())["steps"] == 400
+    assert any((run / "tb").glob("events.out.tfevents.*")) and (run / "tb" / "progress.csv").exists()
+    latest = run / "checkpoints" / "latest"
+    assert {"policy.json", "policy.safetensors", "training.json", "training.safetensors", "replay.npz"} <= {
+        p.name for p in latest.iterdir()
+    }
+    # Pickle-free: safetensors + JSON + an npz of plain arrays.
+    assert any(k.startswith("opt.critic.") for k in load_file(str(latest / "training.safetensors")))
+    with np.load(latest / "replay.npz", allow_pickle=False) as replay:
+        assert len(replay["actions"]) == 400
+
+    # "Kill" the run at 400 steps, raise its budget, resume: the step counter continues from 400.
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["steps"] = 600
+    (run / "config.json").write_text(json.dumps(cfg))
+    before = ecrl.load(latest)
+    resumed = train(config, resume=run)
+    assert resumed.env_steps == 600
+    assert json.loads((run / "checkpoints" / "latest" / "training.json").read_text())["num_timesteps"] == 600
+    sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
+    assert [s["env_steps"] for s in sessions] == [400, 600] and sessions[1]["resumed"]
+    # Training went on from the checkpoint: the policy changed.
+    obs = {"observation": np.zeros((2, 20), np.float32), "desired_goal": np.zeros((1, 14), np.float32)}
+    obs["observation"][:, 0] = obs["desired_goal"][:, 0] = 1
+    assert not np.allclose(before.act(obs), ecrl.load(run).act(obs))
+
+
+def test_checkpoint_restores_networks_optimizers_and_buffer(tmp_path):
+    config = tiny(tmp_path, steps=300, checkpoint_every=0)
+    run = train(config).run_dir
+    saved = load_file(str(run / "checkpoints" / "latest" / "training.safetensors"))
+    fresh = build_model(config, _vec_env(config))
+    load_checkpoint(fresh, run / "checkpoints" / "latest")
+    for k, v in fresh.policy.state_dict().items():
+        torch.testing.assert_close(v, saved[f"policy.{k}"])
+    assert fresh.num_timesteps == 300
+    state = fresh.critic.optimizer.state_dict()["state"]
+    assert state and all(int(s["step"]) > 0 for s in state.values())
+    assert fresh.replay_buffer.pos == 300
+
+
+def _vec_env(config):
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from ecrl.policies.train import _make_env
+
+    return DummyVecEnv([lambda: _make_env(config)])
+
+
+def test_demonstrations_seed_the_buffer_and_pretrain(tmp_path):
+    result = train(tiny(tmp_path, steps=50, demos=2, bc_steps=5, bc_weight=1.0, checkpoint_every=0))
+    assert result.demo_success == 1.0 and result.bc_loss is not None
+    with np.load(result.run_dir / "checkpoints" / "latest" / "replay.npz", allow_pickle=False) as replay:
+        assert len(replay["actions"]) == 2 * 150 + 50  # two expert episodes, then 50 RL steps
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(n_objects=0), "n_objects"),
+        (dict(steps=0), "steps"),
+        (dict(bc_weight=1.0), "demonstrations"),
+        (dict(utd=0), "utd"),
+    ],
+)
+def test_bad_config_is_refused(tmp_path, kw, match):
+    with pytest.raises(ValueError, match=match):
+        tiny(tmp_path, **kw)
+
+
+def test_existing_run_dir_and_missing_resume_are_clear_errors(tmp_path):
+    (tmp_path / "run").mkdir()
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(tiny(tmp_path))
+    with pytest.raises(FileNotFoundError, match="checkpoint"):
+        train(tiny(tmp_path), resume=tmp_path / "run")
+
+
+def test_cli_help_documents_every_option(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for option in ("--n-objects", "--algo", "--arch", "--steps", "--n-envs", "--device", "--resume", "--demos"):
+        assert option in out
+    assert "Budget: environment steps" in out
