@@ -77,8 +77,8 @@ class Args:
     """Episode `i` of every configuration resets with seed `seed + i`; keep it far from training seeds."""
     n_max: int | None = None
     """Pad observations to this many object rows (default: N, or the fixed width of a flat-MLP policy)."""
-    stop_on_success: bool = True
-    """End an episode once every object is placed (`--no-stop-on-success`: run to the horizon)."""
+    stop_on_success: bool = False
+    """End an episode once every object is placed (default: run to the horizon and read success at its end)."""
     expert: bool = True
     """Also evaluate the scripted expert on the same seeds, as the ceiling (`--no-expert` skips it)."""
     video: bool = False

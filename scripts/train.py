@@ -33,6 +33,7 @@ from pathlib import Path  # noqa: E402
 import tyro  # noqa: E402
 
 from ecrl.policies.train import TrainConfig, train  # noqa: E402
+from ecrl.scripts.eval import main as eval_main  # noqa: E402
 
 
 @dataclass
@@ -41,6 +42,10 @@ class TrainArgs(TrainConfig):
 
     resume: Path | None = None
     """Continue the run in this directory from checkpoints/latest/ (its config.json is used; other options are ignored)."""
+    final_eval_objects: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
+    """Numbers of objects of the evaluation at the end of training (written to <run>/eval/; empty: skip)."""
+    final_eval_episodes: int = 50
+    """Episodes per number of objects (and split part) of that evaluation."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -49,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     config = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
     result = train(config, resume=args.resume)
     print(f"run directory: {result.run_dir}  env steps: {result.env_steps}  wall: {result.wall_s:.0f} s")
+    if args.final_eval_objects:
+        objects = [str(n) for n in args.final_eval_objects]
+        eval_main([str(result.run_dir), "--objects", *objects, "--episodes", str(args.final_eval_episodes)])
 
 
 if __name__ == "__main__":

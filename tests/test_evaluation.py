@@ -43,7 +43,9 @@ def test_expert_through_the_runner_solves_one_object(expert_report):
     assert s["fraction_placed"] == 1.0 and s["fraction_placed_ci95"] == [1.0, 1.0]
     assert s["success_ci95"][1] == 1.0 and 0.4 < s["success_ci95"][0] < 0.6  # Wilson 4/4
     assert all(0 < n < r.horizon for n in r.lengths) and r.horizon == 150
-    assert r.env_steps == sum(r.lengths)  # episodes stop at success
+    assert r.env_steps == 4 * r.horizon  # by default episodes run to the horizon (success read at the end)
+    quick = evaluate(ExpertPolicy(), [1], episodes=4, progress=False, stop_on_success=True).get("train", 1)
+    assert quick.env_steps == sum(quick.lengths) and quick.lengths == r.lengths  # or stop at the first success
     assert r.seeds == [100_000, 100_001, 100_002, 100_003]
 
 
