@@ -145,33 +145,74 @@ def pretrain_actor(
 
 
 class DemoBCCallback(BaseCallback):
-    """During RL, every ``every`` env steps: one Q-filtered behaviour-cloning step of the actor on demos.
+    """During RL, every ``every`` env steps: one behaviour-cloning step of the actor on demos.
 
-    The actor is pulled towards the expert's action only on demo states where the first critic
-    values the expert action above the actor's own. ``weight`` scales the loss. Logs
-    ``train/bc_loss`` and ``train/bc_accepted`` (the fraction that passed the Q-filter).
+    With ``q_filter`` the actor is pulled towards the expert's action only on demo states where the
+    first critic values the expert action above the actor's own (Nair et al. 2018); without it, on
+    every demo state (a plain BC regulariser). ``weight`` scales the loss. Logs ``train/bc_loss``
+    and ``train/bc_accepted`` (the fraction of the batch the loss applied to).
     """
 
-    def __init__(self, demos: Demos, weight: float = 1.0, every: int = 2, batch_size: int = 128, seed: int = 0):
+    def __init__(
+        self,
+        demos: Demos,
+        weight: float = 1.0,
+        every: int = 2,
+        batch_size: int = 128,
+        q_filter: bool = True,
+        seed: int = 0,
+    ) -> None:
         super().__init__()
         self.demos, self.weight, self.every, self.batch_size = demos, weight, every, batch_size
+        self.q_filter = q_filter
         self._rng = np.random.default_rng(seed)
 
     def _on_step(self) -> bool:
         model = self.model
         if self.weight <= 0 or model.num_timesteps < model.learning_starts or self.n_calls % self.every:
             return True
-        actor, critic = model.policy.actor, model.policy.critic
+        actor = model.policy.actor
+        if not next(actor.parameters()).requires_grad:  # frozen (FreezeActorCallback)
+            return True
         obs, target = self.demos.batch(self._rng.integers(len(self.demos), size=self.batch_size), model.device)
         actor.train()
         action = _actor_action(actor, obs)
-        with torch.no_grad():
-            better = (_q1(critic, obs, target) > _q1(critic, obs, action)).float()
+        if self.q_filter:
+            with torch.no_grad():
+                critic = model.policy.critic
+                keep = (_q1(critic, obs, target) > _q1(critic, obs, action)).float()
+        else:
+            keep = torch.ones(len(action), device=action.device)
         per_sample = ((action - target) ** 2).sum(-1)
-        loss = self.weight * (per_sample * better).mean()
+        loss = self.weight * (per_sample * keep).mean()
         actor.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         actor.optimizer.step()
         self.logger.record_mean("train/bc_loss", per_sample.mean().item())
-        self.logger.record_mean("train/bc_accepted", better.mean().item())
+        self.logger.record_mean("train/bc_accepted", keep.mean().item())
+        return True
+
+
+class FreezeActorCallback(BaseCallback):
+    """Keeps the actor fixed for the first ``steps`` env steps of training, so that the critic first
+    learns the value of the (behaviour-cloned) actor instead of dragging an untrained critic's
+    gradient through it."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.steps = steps
+        self._frozen = False
+
+    def _set(self, frozen: bool) -> None:
+        for p in self.model.policy.actor.parameters():
+            p.requires_grad_(not frozen)
+        self._frozen = frozen
+
+    def _on_training_start(self) -> None:
+        if self.model.num_timesteps < self.steps:
+            self._set(True)
+
+    def _on_step(self) -> bool:
+        if self._frozen and self.model.num_timesteps >= self.steps:
+            self._set(False)
         return True

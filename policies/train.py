@@ -36,7 +36,7 @@ from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
-from ecrl.policies.demos import DemoBCCallback, collect_demos, pretrain_actor
+from ecrl.policies.demos import DemoBCCallback, FreezeActorCallback, collect_demos, pretrain_actor
 from ecrl.policies.export import policy_from_model
 from ecrl.policies.sb3 import ENTITY_POLICIES
 from ecrl.reporting import provenance
@@ -110,6 +110,10 @@ class TrainConfig:
     """Weight of the Q-filtered behaviour-cloning term during RL (0: off)."""
     bc_every: int = 2
     """Env steps between behaviour-cloning updates during RL."""
+    bc_q_filter: bool = True
+    """Apply the BC term only where the critic prefers the expert's action (Nair et al. 2018)."""
+    actor_warmup: int = 0
+    """Env steps at the start during which only the critic learns (the actor stays as pre-trained)."""
     eval_every: int = 20_000
     """Env steps between evaluations (0: none)."""
     eval_objects: tuple[int, ...] = ()
@@ -465,7 +469,11 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
         )
         result.demo_success = demos.successes / demos.episodes
         if config.bc_weight > 0:
-            callbacks.append(DemoBCCallback(demos, config.bc_weight, config.bc_every, seed=config.seed))
+            callbacks.append(
+                DemoBCCallback(demos, config.bc_weight, config.bc_every, q_filter=config.bc_q_filter, seed=config.seed)
+            )
+    if config.actor_warmup:
+        callbacks.append(FreezeActorCallback(config.actor_warmup))
     if resume is not None:
         load_checkpoint(model, ckpt)
     elif demos is not None and config.bc_steps:
