@@ -20,11 +20,13 @@ from tqdm.auto import tqdm
 
 from ecrl.envs import ScriptedExpert
 
+IDLE_KEPT = 10
+
 
 @dataclass
 class Demos:
-    """Expert transitions where it acts (not the idle steps after success): ``obs`` (dict of ``(T, …)``
-    arrays) and ``actions (T, A)`` in ``[-1, 1]``."""
+    """Expert transitions (without the long idle tail after success, see ``IDLE_KEPT``): ``obs``
+    (dict of ``(T, …)`` arrays) and ``actions (T, A)`` in ``[-1, 1]``."""
 
     obs: dict[str, np.ndarray]
     actions: np.ndarray
@@ -63,6 +65,7 @@ def collect_demos(
     store_obs: dict[str, list[np.ndarray]] = {k: [] for k in keys}
     store_actions: list[np.ndarray] = []
     active = [True] * n
+    idle = [0] * n
     bar = tqdm(total=episodes, desc="expert demos", unit="ep", disable=not progress, leave=False)
     while any(active):
         actions = np.zeros((n, 2), dtype=np.float32)
@@ -73,7 +76,10 @@ def collect_demos(
                 infos.append({})
                 continue
             actions[i] = expert.act(obs[i])
-            if actions[i].any():  # the expert idles once every object is placed: nothing to imitate there
+            # Once every object is placed the expert idles for the rest of the episode: keep the first
+            # few idle steps (how to stop) but not the long tail, which would swamp the data with zeros.
+            idle[i] = idle[i] + 1 if not actions[i].any() else 0
+            if idle[i] <= IDLE_KEPT:
                 for k in keys:
                     store_obs[k].append(obs[i][k])
                 store_actions.append(actions[i])
@@ -92,6 +98,7 @@ def collect_demos(
             if started < episodes:
                 started += 1
                 experts[i].reset()
+                idle[i] = 0
                 nexts[i] = envs[i].reset(seed=seed + 7919 * started)[0]
             else:
                 active[i] = False
@@ -216,3 +223,57 @@ class FreezeActorCallback(BaseCallback):
         if self._frozen and self.model.num_timesteps >= self.steps:
             self._set(False)
         return True
+
+
+def dagger(
+    actor: torch.nn.Module,
+    make_env: Callable[[], gym.Env],
+    demos: Demos,
+    iterations: int,
+    episodes: int,
+    steps: int,
+    batch_size: int = 256,
+    lr: float = 1e-3,
+    seed: int = 0,
+    progress: bool = True,
+) -> Demos:
+    """DAgger (Ross et al. 2011): run the actor, label the states it visits with the expert's action,
+    add them to the demonstrations and clone again; ``iterations`` times. Returns the grown dataset.
+
+    The actor acts (deterministically) in ``episodes`` envs side by side; the expert only labels.
+    """
+    device = next(actor.parameters()).device
+    for it in range(iterations):
+        envs = [make_env() for _ in range(episodes)]
+        experts = [ScriptedExpert(e, seed=seed + 104_729 * it + i) for i, e in enumerate(envs)]
+        obs = [e.reset(seed=seed + 3_000_000 + 104_729 * it + i)[0] for i, e in enumerate(envs)]
+        keys = list(obs[0])
+        new_obs: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+        new_actions: list[np.ndarray] = []
+        idle = [0] * episodes
+        horizon = envs[0].unwrapped.spec_.max_steps
+        actor.eval()
+        for _ in tqdm(range(horizon), desc=f"dagger {it + 1}/{iterations}", disable=not progress, leave=False):
+            batch = {
+                k: torch.as_tensor(np.stack([o[k] for o in obs]), dtype=torch.float32, device=device) for k in keys
+            }
+            with torch.no_grad():
+                acts = _actor_action(actor, batch).cpu().numpy()
+            for i, env in enumerate(envs):
+                label = experts[i].act(obs[i])
+                idle[i] = idle[i] + 1 if not label.any() else 0
+                if idle[i] <= IDLE_KEPT:
+                    for k in keys:
+                        new_obs[k].append(obs[i][k])
+                    new_actions.append(label)
+                obs[i] = env.step(acts[i])[0]
+        for e in envs:
+            e.close()
+        demos = Demos(
+            obs={k: np.concatenate([demos.obs[k], np.stack(v).astype(np.float32)]) for k, v in new_obs.items()},
+            actions=np.concatenate([demos.actions, np.stack(new_actions).astype(np.float32)]),
+            episodes=demos.episodes,
+            successes=demos.successes,
+        )
+        pretrain_actor(actor, demos, steps, batch_size, lr, seed=seed + it, progress=progress)
+    return demos

@@ -36,7 +36,7 @@ from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
-from ecrl.policies.demos import DemoBCCallback, FreezeActorCallback, collect_demos, pretrain_actor
+from ecrl.policies.demos import DemoBCCallback, FreezeActorCallback, collect_demos, dagger, pretrain_actor
 from ecrl.policies.export import policy_from_model
 from ecrl.policies.sb3 import ENTITY_POLICIES
 from ecrl.reporting import provenance
@@ -54,6 +54,8 @@ class TrainConfig:
     """Goal kind: positions, adjacent, sort or ordered."""
     split: str | None = None
     """Compositional split (e.g. ``colour_shape``): train on its ``train`` part only; ``None``: all combinations."""
+    reward: Literal["sparse", "dense"] = "sparse"
+    """Training reward: sparse (minus the fraction of objects not placed) or dense (minus the mean object-goal distance)."""
     n_max: int | None = None
     """Observation padding (default: ``n_objects``). Entity-centric models do not depend on it."""
     algo: Literal["sac", "td3", "tqc"] = "sac"
@@ -106,6 +108,12 @@ class TrainConfig:
     """Scripted-expert episodes added to the replay buffer before training (0: none)."""
     bc_steps: int = 0
     """Behaviour-cloning steps pre-training the actor on the demonstrations."""
+    dagger_iterations: int = 0
+    """DAgger rounds after behaviour cloning: run the actor, label its states with the expert, clone again."""
+    dagger_episodes: int = 30
+    """Episodes the actor runs per DAgger round."""
+    dagger_steps: int = 1500
+    """Behaviour-cloning steps per DAgger round."""
     bc_weight: float = 0.0
     """Weight of the Q-filtered behaviour-cloning term during RL (0: off)."""
     bc_every: int = 2
@@ -145,8 +153,8 @@ class TrainConfig:
             problems.append(f"utd must be in (0, 16], got {self.utd}")
         if self.bc_weight > 0 and self.demos == 0:
             problems.append("bc_weight > 0 needs demonstrations (--demos N)")
-        if self.bc_steps > 0 and self.demos == 0:
-            problems.append("bc_steps > 0 needs demonstrations (--demos N)")
+        if (self.bc_steps > 0 or self.dagger_iterations > 0) and self.demos == 0:
+            problems.append("bc_steps > 0 or dagger_iterations > 0 needs demonstrations (--demos N)")
         if problems:
             raise ValueError("invalid training config: " + "; ".join(problems))
 
@@ -160,7 +168,12 @@ class TrainConfig:
         return 50 + 100 * self.n_objects
 
     def env_kwargs(self, part: str = "train") -> dict[str, Any]:
-        kw: dict[str, Any] = {"n_objects": self.n_objects, "goal": self.goal, "n_max": self.n_max}
+        kw: dict[str, Any] = {
+            "n_objects": self.n_objects,
+            "goal": self.goal,
+            "n_max": self.n_max,
+            "reward_type": self.reward,
+        }
         if self.split:
             kw.update(split=self.split, part=part)
         return kw
@@ -392,6 +405,10 @@ def run_periodic_eval(model, config: TrainConfig, logger=None) -> dict[str, Any]
     n = config.n_objects
     objects = config.eval_objects or tuple(sorted({n, 2 * n}))
     parts = ("train", "test") if config.split else ("train",)
+    n_max = None
+    if config.arch == "mlp":  # a flat MLP only runs at the padding it was trained with
+        n_max = model.observation_space["observation"].shape[0] - 1
+        objects = tuple(k for k in objects if k <= n_max)
     report = evaluate(
         policy_from_model(model, policy_meta(config, model)),
         objects,
@@ -399,6 +416,7 @@ def run_periodic_eval(model, config: TrainConfig, logger=None) -> dict[str, Any]
         split=config.split,
         parts=parts,
         episodes=config.eval_episodes,
+        n_max=n_max,
         progress=False,
     )
     if logger is not None:
@@ -479,8 +497,23 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
     elif demos is not None and config.bc_steps:
         losses = pretrain_actor(model.actor, demos, config.bc_steps, seed=config.seed, progress=config.progress)
         result.bc_loss = float(np.mean(losses[-100:]))
+        if config.dagger_iterations:
+            grown = dagger(
+                model.actor,
+                partial(_make_env, config),
+                demos,
+                config.dagger_iterations,
+                config.dagger_episodes,
+                config.dagger_steps,
+                seed=config.seed,
+                progress=config.progress,
+            )
+            demos.obs, demos.actions = grown.obs, grown.actions  # the BC term during RL uses them all
         if config.algo == "td3":
             model.actor_target.load_state_dict(model.actor.state_dict())
+        if config.eval_every:  # what imitation alone achieved, before any RL update (logged at step 0)
+            run_periodic_eval(model, config, model.logger)
+            model.logger.dump(0)
     # learning_starts counts env steps; the demos already fill the buffer.
     if demos is not None and resume is None:
         model.learning_starts = 0

@@ -34,7 +34,9 @@ import os
 # Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+import csv  # noqa: E402
 import shlex  # noqa: E402
+import shutil  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -87,6 +89,8 @@ class Args:
     """Output directory (default: `<run>/eval/`, `<checkpoint>_eval/`, or `results/eval_expert/`)."""
     device: str = "cpu"
     """Torch device of the policy."""
+    copy_policy: bool = False
+    """Copy the evaluated checkpoint (and the run's config.json) into `<out>/policy/`, so the output folder can be re-evaluated on its own."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -142,7 +146,44 @@ def run(args: Args, policy, objects: tuple[int, ...], kwargs: dict, command: str
     report = evaluate(policy, objects, video_dir=out / "videos" if args.video else None, **kwargs)
     expert = evaluate(ExpertPolicy(), objects, **kwargs) if args.expert and args.path != EXPERT else None
     write_report(report, out, command, expert=expert)
+    run_dir = Path(args.path)
+    if args.path != EXPERT and (run_dir / "tb" / "progress.csv").exists():
+        plot_learning_curve(run_dir / "tb" / "progress.csv", out / "learning_curve.png")
+    if args.copy_policy and args.path != EXPERT:
+        dest = out / "policy"
+        dest.mkdir(parents=True, exist_ok=True)
+        policy.save(dest)
+        if (run_dir / "config.json").exists():
+            shutil.copy(run_dir / "config.json", dest / "train_config.json")
     return report_table(report, expert), out
+
+
+def plot_learning_curve(progress_csv: Path, path: Path) -> None:
+    """Success vs env steps of a training run: the periodic ``eval/<part>/n<N>/success_rate`` and ``rollout/success_rate``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(progress_csv) as f:
+        rows = list(csv.DictReader(f))
+    keys = sorted({k for row in rows for k in row if k.endswith("success_rate") and row[k] != ""})
+    if not keys:
+        return
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for key in keys:
+        points = [(float(r["time/total_timesteps"]), float(r[key])) for r in rows if r.get(key)]
+        style = "o-" if key.startswith("eval/") else "-"
+        label = key.removesuffix("/success_rate") + (
+            " (exploring, last 100 episodes)" if key.startswith("rollout") else ""
+        )
+        ax.plot(*zip(*points, strict=True), style, ms=3, label=label)
+    ax.set(xlabel="env steps", ylabel="success rate", ylim=(-0.02, 1.02), title="training: success vs env steps")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -157,7 +198,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(2) from e
     table, out = run(args, policy, objects, kwargs, command=shlex.join(["ecrl-eval", *argv]))
     print(table)
-    print(f"wrote {out}/ (eval.json, README.md, success.png, tb/{', videos/' if args.video else ''})")
+    extra = (", videos/" if args.video else "") + (", policy/" if args.copy_policy else "")
+    print(f"wrote {out}/ (eval.json, README.md, success.png, tb/{extra})")
 
 
 if __name__ == "__main__":
