@@ -119,3 +119,21 @@ def test_cli_help_documents_every_option(capsys):
     for option in ("--n-objects", "--algo", "--arch", "--steps", "--n-envs", "--device", "--resume", "--demos"):
         assert option in out
     assert "Budget: environment steps" in out
+
+
+def test_dagger_grows_the_dataset():
+    import gymnasium as gym
+
+    from ecrl.policies.demos import collect_demos, dagger
+    from ecrl.policies.export import EntityActorModule
+
+    make = lambda: gym.make("ecrl/Push-v0", n_objects=1)  # noqa: E731
+    demos = collect_demos(make, 2, seed=0, progress=False)
+    n = len(demos)
+    net = EntityActorModule({"width": 8, "heads": 1}, action_dim=2, stochastic=False)
+    before = [p.detach().clone() for p in net.parameters()]
+    grown = dagger(net, make, demos, iterations=1, episodes=2, steps=3, batch_size=8, progress=False)
+    # An untrained actor never succeeds, so every one of its 2 x 150 states is labelled by the expert.
+    assert len(grown) == n + 2 * 150
+    assert np.abs(grown.actions).max() <= 1.0 and np.abs(grown.actions[n:]).sum() > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
