@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ecrl.attention import AttentionBlock, AttentionPool, layer_norm, mlp
+from ecrl.attention import AttentionBlock, AttentionPool, layer_norm, mlp, normed_mlp
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
 
 ARCHITECTURES = ("eit", "deepsets")
@@ -51,8 +51,8 @@ class NetConfig:
     """
 
     arch: str = "eit"
-    width: int = 64
-    heads: int = 4
+    width: int = 32
+    heads: int = 1
     blocks: int = 1
     mlp_ratio: int = 2
 
@@ -134,7 +134,8 @@ class EntityNet(nn.Module):
         x = self.cross(x, g, goal_mask)
         for block in self.after:
             x = block(x, mask=mask)
-        return self.head(self.pool(x, mask))
+        norm, layers = self.head
+        return normed_mlp(self.pool(x, mask), norm, layers)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,10 @@
 """`ecrl-bench`: speed benchmarks, one subcommand each, every one writing JSON + a markdown table + a plot.
 
 Subcommands:
-    envs    env steps/s vs number of objects (gym.make and unwrapped), the raw-physics floor of the
-            same model, FetchPush-v4 for comparison, reset time, render fps (see `ecrl.scripts.bench_envs`)
+    envs      env steps/s vs number of objects (gym.make and unwrapped), the raw-physics floor of the
+              same model, FetchPush-v4 for comparison, reset time, render fps (see `ecrl.scripts.bench_envs`)
+    policies  SAC+HER gradient updates/s of SB3's MLP vs the EIT vs DeepSets, batch-1 actor latency at
+              N=12 (see `ecrl.scripts.bench_policies`)
 
 Examples:
     # the full environment benchmark (about a minute on 2 cores) -> results/bench_envs/
@@ -14,8 +16,15 @@ Examples:
     # median instead of best of 7 runs, fail (exit 1) when a target is missed
     ecrl-bench envs --repeats 7 --reduce median --strict
 
+    # SAC updates/s (MLP vs EIT vs DeepSets) and actor latency (under 3 minutes) -> results/bench_policies/
+    ecrl-bench policies
+
+    # a smaller EIT, on one thread, failing (exit 1) when a target is missed
+    ecrl-bench policies --width 32 --heads 1 --threads 1 --strict
+
     # every option
     ecrl-bench envs --help
+    ecrl-bench policies --help
 """
 
 from __future__ import annotations
@@ -32,11 +41,12 @@ from typing import Any  # noqa: E402
 
 import tyro  # noqa: E402
 
-from ecrl.scripts import bench_envs  # noqa: E402
+from ecrl.scripts import bench_envs, bench_policies  # noqa: E402
 
-# name -> (typed arguments, run(args, command)); `policies` and `diffusion` join here.
+# name -> (typed arguments, run(args, command)); `diffusion` joins here.
 BENCHMARKS: dict[str, tuple[type, Callable[[Any, str], dict[str, Any]]]] = {
     "envs": (bench_envs.EnvsArgs, bench_envs.run),
+    "policies": (bench_policies.PoliciesArgs, bench_policies.run),
 }
 
 
