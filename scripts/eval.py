@@ -159,7 +159,8 @@ def run(args: Args, policy, objects: tuple[int, ...], kwargs: dict, command: str
 
 
 def plot_learning_curve(progress_csv: Path, path: Path) -> None:
-    """Success vs env steps of a training run: the periodic ``eval/<part>/n<N>/success_rate`` and ``rollout/success_rate``."""
+    """Success vs env steps of a training run: the periodic ``eval/<part>/n<N>/success_rate`` (step 0: after
+    imitation, before RL) and ``rollout/success_rate``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -172,7 +173,7 @@ def plot_learning_curve(progress_csv: Path, path: Path) -> None:
         return
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for key in keys:
-        points = [(float(r["time/total_timesteps"]), float(r[key])) for r in rows if r.get(key)]
+        points = [(float(r.get("time/total_timesteps") or 0), float(r[key])) for r in rows if r.get(key)]
         style = "o-" if key.startswith("eval/") else "-"
         label = key.removesuffix("/success_rate") + (
             " (exploring, last 100 episodes)" if key.startswith("rollout") else ""
