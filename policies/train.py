@@ -46,7 +46,13 @@ ALGOS = {"sac": SAC, "td3": TD3, "tqc": TQC}
 
 @dataclass
 class TrainConfig:
-    """An RL training run (every field is a command-line option of ``ecrl-train``)."""
+    """An RL training run (every field is a command-line option of ``ecrl-train``).
+
+    The defaults are the recipe of ``results/rl_push1``: TD3 + HER with the EIT; 200 scripted-expert
+    episodes seed the replay buffer; the actor is behaviour-cloned on them and improved by 6 DAgger
+    rounds; the critic alone learns for the first 5k env steps; then RL with a Q-filtered BC term.
+    ``--demos 0 --bc-steps 0 --dagger-iterations 0 --bc-weight 0 --actor-warmup 0`` is plain RL.
+    """
 
     n_objects: int = 1
     """Objects per training episode."""
@@ -58,7 +64,7 @@ class TrainConfig:
     """Training reward: sparse (minus the fraction of objects not placed) or dense (minus the mean object-goal distance)."""
     n_max: int | None = None
     """Observation padding (default: ``n_objects``). Entity-centric models do not depend on it."""
-    algo: Literal["sac", "td3", "tqc"] = "sac"
+    algo: Literal["sac", "td3", "tqc"] = "td3"
     """RL algorithm (SB3 SAC/TD3, sb3-contrib TQC), always with HER."""
     arch: Literal["eit", "deepsets", "mlp"] = "eit"
     """Actor/critic: Entity Interaction Transformer, DeepSets, or SB3's flat MLP (fixed N)."""
@@ -72,7 +78,7 @@ class TrainConfig:
     """Hidden width of the blocks' MLPs as a multiple of ``width``."""
     net_arch: tuple[int, ...] = (256, 256)
     """Hidden layers of the flat MLP baseline (SB3's default for SAC)."""
-    steps: int = 100_000
+    steps: int = 40_000
     """Budget: environment steps (over all parallel envs)."""
     seed: int = 0
     """Seed of the networks, the envs and the demonstrations."""
@@ -102,31 +108,31 @@ class TrainConfig:
     """Gradient steps per environment step (update-to-data ratio)."""
     her_k: int = 4
     """HER relabelled goals per real one (``future`` strategy)."""
-    action_noise: float = 0.2
+    action_noise: float = 0.1
     """TD3 Gaussian exploration noise (std, in units of the action bound)."""
-    demos: int = 0
+    demos: int = 200
     """Scripted-expert episodes added to the replay buffer before training (0: none)."""
-    bc_steps: int = 0
+    bc_steps: int = 3000
     """Behaviour-cloning steps pre-training the actor on the demonstrations."""
-    dagger_iterations: int = 0
+    dagger_iterations: int = 6
     """DAgger rounds after behaviour cloning: run the actor, label its states with the expert, clone again."""
     dagger_episodes: int = 30
     """Episodes the actor runs per DAgger round."""
     dagger_steps: int = 1500
     """Behaviour-cloning steps per DAgger round."""
-    bc_weight: float = 0.0
+    bc_weight: float = 1.0
     """Weight of the Q-filtered behaviour-cloning term during RL (0: off)."""
     bc_every: int = 2
     """Env steps between behaviour-cloning updates during RL."""
     bc_q_filter: bool = True
     """Apply the BC term only where the critic prefers the expert's action (Nair et al. 2018)."""
-    actor_warmup: int = 0
+    actor_warmup: int = 5000
     """Env steps at the start during which only the critic learns (the actor stays as pre-trained)."""
-    eval_every: int = 20_000
+    eval_every: int = 5000
     """Env steps between evaluations (0: none)."""
     eval_objects: tuple[int, ...] = ()
     """Numbers of objects evaluated periodically (default: training N and twice it)."""
-    eval_episodes: int = 20
+    eval_episodes: int = 30
     """Episodes per evaluated N."""
     checkpoint_every: int = 10_000
     """Env steps between checkpoints (0: only at the end)."""

@@ -25,6 +25,11 @@ def tiny(tmp_path, **kw) -> TrainConfig:
         name="run",
         progress=False,
         utd=0.25,
+        demos=0,
+        bc_steps=0,
+        dagger_iterations=0,
+        bc_weight=0.0,
+        actor_warmup=0,
     )
     return TrainConfig(**{**base, **kw})
 
@@ -84,7 +89,7 @@ def _vec_env(config):
 
 
 def test_demonstrations_seed_the_buffer_and_pretrain(tmp_path):
-    result = train(tiny(tmp_path, steps=50, demos=2, bc_steps=5, bc_weight=1.0, checkpoint_every=0))
+    result = train(tiny(tmp_path, steps=50, demos=2, bc_steps=5, bc_weight=1.0, actor_warmup=20, checkpoint_every=0))
     assert result.demo_success == 1.0 and result.bc_loss is not None
     with np.load(result.run_dir / "checkpoints" / "latest" / "replay.npz", allow_pickle=False) as replay:
         assert len(replay["actions"]) == 2 * 150 + 50  # two expert episodes, then 50 RL steps
