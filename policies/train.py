@@ -91,7 +91,9 @@ class TrainConfig:
     threads: int | None = None
     """torch CPU threads (default: torch's choice)."""
     lr: float = 1e-3
-    """Learning rate of actor and critic."""
+    """Learning rate of the critic (and of the actor, times ``actor_lr_scale``)."""
+    actor_lr_scale: float = 1.0
+    """The actor's learning rate as a fraction of ``lr`` (below 1: RL moves a pre-trained actor slowly)."""
     batch_size: int = 256
     """Minibatch size of each gradient step."""
     buffer_size: int | None = None
@@ -155,6 +157,8 @@ class TrainConfig:
             problems.append(f"steps must be >= 1, got {self.steps}")
         if self.n_envs < 1:
             problems.append(f"n_envs must be >= 1, got {self.n_envs}")
+        if not 0 < self.actor_lr_scale <= 1:
+            problems.append(f"actor_lr_scale must be in (0, 1], got {self.actor_lr_scale}")
         if not 0 < self.utd <= 16:
             problems.append(f"utd must be in (0, 16], got {self.utd}")
         if self.bc_weight > 0 and self.demos == 0:
@@ -207,9 +211,24 @@ def _make_env(config: TrainConfig) -> gym.Env:
     return gym.make("ecrl/Push-v0", **config.env_kwargs())
 
 
+def _with_actor_lr_scale(algo_cls: type, scale: float) -> type:
+    """``algo_cls`` whose actor learns at ``scale`` times the critic's rate (SB3 sets one rate for both)."""
+    if scale == 1.0:
+        return algo_cls
+
+    class ScaledActorLR(algo_cls):
+        def _update_learning_rate(self, optimizers) -> None:
+            super()._update_learning_rate(optimizers)
+            for group in self.actor.optimizer.param_groups:
+                group["lr"] *= scale
+
+    ScaledActorLR.__name__ = f"{algo_cls.__name__}ScaledActorLR"
+    return ScaledActorLR
+
+
 def build_model(config: TrainConfig, env) -> SAC | TD3 | TQC:
     """The SB3 algorithm of ``config`` on the vectorised ``env``."""
-    algo_cls = ALGOS[config.algo]
+    algo_cls = _with_actor_lr_scale(ALGOS[config.algo], config.actor_lr_scale)
     buffer_size = config.buffer_size or (config.steps + config.demos * config.horizon + config.n_envs)
     kwargs: dict[str, Any] = {
         "learning_rate": config.lr,
