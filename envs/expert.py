@@ -52,6 +52,7 @@ class ScriptedExpert:
         self._t = 0
         self._best, self._since, self._wander = np.inf, 0, 0
         self._aside_until: dict[int, int] = {}
+        self.last_random = False  # whether the last action was a random step out of a stall
 
     def _stalled(self, i: int, remaining: float) -> bool:
         """Track progress on object ``i``; True when it has stalled (and a few random steps follow)."""
@@ -70,6 +71,7 @@ class ScriptedExpert:
 
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """Action ``(2,) float32`` in ``[-1, 1]`` for one observation."""
+        self.last_random = False
         rows = obs["observation"]
         if rows.ndim != 2:
             raise ValueError(f"act takes one observation, got observation of shape {rows.shape}")
@@ -99,6 +101,7 @@ class ScriptedExpert:
             i = self._current
             goal = targets[goal_of[i]]
         if self._stalled(i, float(np.linalg.norm(pos[i] - goal))):
+            self.last_random = True
             return self._rng.uniform(-1, 1, 2).astype(np.float32)
         return self._push(agent, i, goal, pos, sizes)
 

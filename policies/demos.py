@@ -79,7 +79,8 @@ def collect_demos(
             # Once every object is placed the expert idles for the rest of the episode: keep the first
             # few idle steps (how to stop) but not the long tail, which would swamp the data with zeros.
             idle[i] = idle[i] + 1 if not actions[i].any() else 0
-            if idle[i] <= IDLE_KEPT:
+            # Random steps out of a stall are executed but not imitated: they are noise as labels.
+            if idle[i] <= IDLE_KEPT and not expert.last_random:
                 for k in keys:
                     store_obs[k].append(obs[i][k])
                 store_actions.append(actions[i])
@@ -262,7 +263,7 @@ def dagger(
             for i, env in enumerate(envs):
                 label = experts[i].act(obs[i])
                 idle[i] = idle[i] + 1 if not label.any() else 0
-                if idle[i] <= IDLE_KEPT:
+                if idle[i] <= IDLE_KEPT and not experts[i].last_random:
                     for k in keys:
                         new_obs[k].append(obs[i][k])
                     new_actions.append(label)

@@ -9,7 +9,8 @@ A run lives in ``runs/<task>__<algo>__<seed>__<time>/``:
   policy (``policy.safetensors`` + ``policy.json``, for :func:`ecrl.load`) and the full training
   state (``training.safetensors`` with every network and optimizer, ``training.json``,
   ``replay.npz``), all loadable without pickle; ``--resume RUN_DIR`` continues from it;
-- ``final/``: the policy at the end of training; ``eval/``: evaluations.
+- ``final/``: the policy at the end of training; ``imitation/``: the policy after behaviour cloning
+  and DAgger, before any RL update (when those are on); ``eval/``: evaluations.
 """
 
 from __future__ import annotations
@@ -536,6 +537,8 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
             demos.obs, demos.actions = grown.obs, grown.actions  # the BC term during RL uses them all
         if config.algo == "td3":
             model.actor_target.load_state_dict(model.actor.state_dict())
+        # The policy as imitation left it, before any RL update, for comparison with final/.
+        policy_from_model(model, policy_meta(config, model)).save(run_dir / "imitation")
         if config.eval_every:  # what imitation alone achieved, before any RL update (logged at step 0)
             run_periodic_eval(model, config, model.logger)
             model.logger.dump(0)
