@@ -50,9 +50,11 @@ class TrainConfig:
     """An RL training run (every field is a command-line option of ``ecrl-train``).
 
     The defaults are the recipe of ``results/rl_push1``: TD3 + HER with the EIT; 200 scripted-expert
-    episodes seed the replay buffer; the actor is behaviour-cloned on them and improved by 6 DAgger
-    rounds; the critic alone learns for the first 5k env steps; then RL with a Q-filtered BC term.
-    ``--demos 0 --bc-steps 0 --dagger-iterations 0 --bc-weight 0 --actor-warmup 0`` is plain RL.
+    episodes seed the replay buffer; the actor is behaviour-cloned on them and improved by 12 DAgger
+    rounds; the critic alone learns for the first 10k env steps; then RL with the actor at a tenth of
+    the critic's learning rate and an (unfiltered) BC term anchoring it to the expert's actions.
+    ``--demos 0 --bc-steps 0 --dagger-iterations 0 --bc-weight 0 --actor-warmup 0 --actor-lr-scale 1``
+    is plain RL.
     """
 
     n_objects: int = 1
@@ -79,7 +81,7 @@ class TrainConfig:
     """Hidden width of the blocks' MLPs as a multiple of ``width``."""
     net_arch: tuple[int, ...] = (256, 256)
     """Hidden layers of the flat MLP baseline (SB3's default for SAC)."""
-    steps: int = 40_000
+    steps: int = 30_000
     """Budget: environment steps (over all parallel envs)."""
     seed: int = 0
     """Seed of the networks, the envs and the demonstrations."""
@@ -93,7 +95,7 @@ class TrainConfig:
     """torch CPU threads (default: torch's choice)."""
     lr: float = 1e-3
     """Learning rate of the critic (and of the actor, times ``actor_lr_scale``)."""
-    actor_lr_scale: float = 1.0
+    actor_lr_scale: float = 0.1
     """The actor's learning rate as a fraction of ``lr`` (below 1: RL moves a pre-trained actor slowly)."""
     batch_size: int = 256
     """Minibatch size of each gradient step."""
@@ -117,19 +119,19 @@ class TrainConfig:
     """Scripted-expert episodes added to the replay buffer before training (0: none)."""
     bc_steps: int = 3000
     """Behaviour-cloning steps pre-training the actor on the demonstrations."""
-    dagger_iterations: int = 6
+    dagger_iterations: int = 12
     """DAgger rounds after behaviour cloning: run the actor, label its states with the expert, clone again."""
     dagger_episodes: int = 30
     """Episodes the actor runs per DAgger round."""
     dagger_steps: int = 1500
     """Behaviour-cloning steps per DAgger round."""
-    bc_weight: float = 1.0
+    bc_weight: float = 2.0
     """Weight of the Q-filtered behaviour-cloning term during RL (0: off)."""
     bc_every: int = 2
     """Env steps between behaviour-cloning updates during RL."""
-    bc_q_filter: bool = True
+    bc_q_filter: bool = False
     """Apply the BC term only where the critic prefers the expert's action (Nair et al. 2018)."""
-    actor_warmup: int = 5000
+    actor_warmup: int = 10_000
     """Env steps at the start during which only the critic learns (the actor stays as pre-trained)."""
     eval_every: int = 5000
     """Env steps between evaluations (0: none)."""

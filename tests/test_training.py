@@ -30,6 +30,7 @@ def tiny(tmp_path, **kw) -> TrainConfig:
         dagger_iterations=0,
         bc_weight=0.0,
         actor_warmup=0,
+        actor_lr_scale=1.0,
     )
     return TrainConfig(**{**base, **kw})
 
