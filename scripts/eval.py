@@ -90,7 +90,7 @@ class Args:
     device: str = "cpu"
     """Torch device of the policy."""
     copy_policy: bool = False
-    """Copy the evaluated checkpoint (and the run's config.json) into `<out>/policy/`, so the output folder can be re-evaluated on its own."""
+    """Copy the evaluated checkpoint (and the run's config.json, training log and sessions) into `<out>/policy/`, so the output folder can be re-evaluated on its own."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -155,6 +155,10 @@ def run(args: Args, policy, objects: tuple[int, ...], kwargs: dict, command: str
         policy.save(dest)
         if (run_dir / "config.json").exists():
             shutil.copy(run_dir / "config.json", dest / "train_config.json")
+        if (run_dir / "tb" / "progress.csv").exists():  # the training log behind learning_curve.png
+            shutil.copy(run_dir / "tb" / "progress.csv", dest / "train_progress.csv")
+        if (run_dir / "sessions.jsonl").exists():  # env steps and wall-clock of each training session
+            shutil.copy(run_dir / "sessions.jsonl", dest / "train_sessions.jsonl")
     return report_table(report, expert), out
 
 
