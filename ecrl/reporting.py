@@ -130,3 +130,24 @@ def write_gif(path: Path, frames: Sequence[np.ndarray], fps: float, hold: int = 
     frames = [*frames, *[frames[-1]] * hold]
     iio.imwrite(path, np.stack(frames), duration=1000 / fps, loop=0)
     return path.stat().st_size
+
+
+def benchmark_record(args: Any, command: str, result: dict[str, Any], wall_s: float, **extra: Any) -> dict[str, Any]:
+    """What a benchmark's JSON holds: the command, its arguments, ``extra`` constants, provenance, the wall
+    time, then the measurements (``result``, including its ``targets``)."""
+    from dataclasses import asdict
+
+    return {
+        "command": command,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
+        **extra,
+        "machine": provenance(),
+        "total_wall_s": wall_s,
+        **result,
+    }
+
+
+def exit_if_targets_missed(result: dict[str, Any], strict: bool) -> None:
+    """With ``strict``, exit with status 1 when any of ``result["targets"]`` failed."""
+    if strict and not all(t["pass"] for t in result["targets"]):
+        raise SystemExit(1)

@@ -22,7 +22,7 @@ import gc  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-from dataclasses import asdict, dataclass  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Literal  # noqa: E402
 
@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 
 from ecrl.envs import MAX_OBJECTS  # noqa: E402
 from ecrl.envs.scene import SUBSTEPS, TIMESTEP  # noqa: E402
-from ecrl.reporting import provenance, report_header  # noqa: E402
+from ecrl.reporting import benchmark_record, exit_if_targets_missed, report_header  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -360,22 +360,14 @@ def run(args: EnvsArgs, command: str) -> dict[str, Any]:
     start = time.perf_counter()
     result = measure(args)
     result["targets"] = check_targets(args, result)
-    result = {
-        "command": command,
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
-        "reduce": args.reduce,
-        "substeps": SUBSTEPS,
-        "timestep": TIMESTEP,
-        "machine": provenance(),
-        "total_wall_s": time.perf_counter() - start,
-        **result,
-    }
+    result = benchmark_record(
+        args, command, result, time.perf_counter() - start, reduce=args.reduce, substeps=SUBSTEPS, timestep=TIMESTEP
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_envs.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(result, args.out / "steps_per_s.png")
     write_readme(args.out / "README.md", command, args, result)
     print(tables(result))
     print(f"wrote {args.out}/ (bench_envs.json, README.md, steps_per_s.png)")
-    if args.strict and not all(t["pass"] for t in result["targets"]):
-        raise SystemExit(1)
+    exit_if_targets_missed(result, args.strict)
     return result

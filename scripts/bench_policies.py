@@ -39,7 +39,7 @@ import torch  # noqa: E402
 from ecrl.envs import MAX_OBJECTS  # noqa: E402
 from ecrl.envs.task import default_horizon  # noqa: E402
 from ecrl.policies.nets import NetConfig  # noqa: E402
-from ecrl.reporting import markdown_table, provenance, report_header  # noqa: E402
+from ecrl.reporting import benchmark_record, exit_if_targets_missed, markdown_table, report_header  # noqa: E402
 from ecrl.scripts.bench_envs import time_calls  # noqa: E402
 
 _DEFAULT_NET = NetConfig()
@@ -371,19 +371,12 @@ def run(args: PoliciesArgs, command: str) -> dict[str, Any]:
     start = time.perf_counter()
     result = measure(args)
     result["targets"] = check_targets(args, result)
-    result = {
-        "command": command,
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()},
-        "machine": provenance(),
-        "total_wall_s": time.perf_counter() - start,
-        **result,
-    }
+    result = benchmark_record(args, command, result, time.perf_counter() - start)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(result, args, args.out / "speed.png")
     write_readme(args.out / "README.md", command, args, result)
     print(tables(result))
     print(f"torch threads: {result['threads']}; wrote {args.out}/ (bench.json, README.md, speed.png)")
-    if args.strict and not all(t["pass"] for t in result["targets"]):
-        raise SystemExit(1)
+    exit_if_targets_missed(result, args.strict)
     return result
