@@ -23,6 +23,31 @@ from ecrl.envs import ScriptedExpert
 IDLE_KEPT = 10
 
 
+class _Labels:
+    """(observation, expert action) pairs worth imitating, gathered from ``n`` envs side by side.
+
+    Once every object is placed the expert idles for the rest of the episode: the first few idle
+    steps are kept (how to stop) but not the long tail, which would swamp the data with zeros. Random
+    steps out of a stall are executed but not kept: they are noise as labels.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.obs: dict[str, list[np.ndarray]] = {}
+        self.actions: list[np.ndarray] = []
+        self.idle = [0] * n
+
+    def add(self, i: int, obs: dict[str, np.ndarray], action: np.ndarray, expert: ScriptedExpert) -> None:
+        self.idle[i] = self.idle[i] + 1 if not action.any() else 0
+        if self.idle[i] <= IDLE_KEPT and not expert.last_random:
+            for k, v in obs.items():
+                self.obs.setdefault(k, []).append(v)
+            self.actions.append(action)
+
+    def arrays(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        obs = {k: np.stack(v).astype(np.float32) for k, v in self.obs.items()}
+        return obs, np.stack(self.actions).astype(np.float32)
+
+
 @dataclass
 class Demos:
     """Expert transitions (without the long idle tail after success, see ``IDLE_KEPT``): ``obs``
@@ -62,10 +87,8 @@ def collect_demos(
     obs = [e.reset(seed=seed + 7919 * i)[0] for i, e in enumerate(envs)]
     started, finished, successes = n, 0, 0
     keys = list(obs[0])
-    store_obs: dict[str, list[np.ndarray]] = {k: [] for k in keys}
-    store_actions: list[np.ndarray] = []
+    labels = _Labels(n)
     active = [True] * n
-    idle = [0] * n
     bar = tqdm(total=episodes, desc="expert demos", unit="ep", disable=not progress, leave=False)
     while any(active):
         actions = np.zeros((n, 2), dtype=np.float32)
@@ -76,14 +99,7 @@ def collect_demos(
                 infos.append({})
                 continue
             actions[i] = expert.act(obs[i])
-            # Once every object is placed the expert idles for the rest of the episode: keep the first
-            # few idle steps (how to stop) but not the long tail, which would swamp the data with zeros.
-            idle[i] = idle[i] + 1 if not actions[i].any() else 0
-            # Random steps out of a stall are executed but not imitated: they are noise as labels.
-            if idle[i] <= IDLE_KEPT and not expert.last_random:
-                for k in keys:
-                    store_obs[k].append(obs[i][k])
-                store_actions.append(actions[i])
+            labels.add(i, obs[i], actions[i].copy(), expert)
             nxt, rewards[i], term, trunc, info = env.step(actions[i])
             dones[i] = term or trunc
             info = dict(info, **{"TimeLimit.truncated": trunc and not term})
@@ -99,7 +115,7 @@ def collect_demos(
             if started < episodes:
                 started += 1
                 experts[i].reset()
-                idle[i] = 0
+                labels.idle[i] = 0
                 nexts[i] = envs[i].reset(seed=seed + 7919 * started)[0]
             else:
                 active[i] = False
@@ -107,12 +123,8 @@ def collect_demos(
     bar.close()
     for e in envs:
         e.close()
-    return Demos(
-        obs={k: np.stack(v).astype(np.float32) for k, v in store_obs.items()},
-        actions=np.stack(store_actions).astype(np.float32),
-        episodes=finished,
-        successes=successes,
-    )
+    obs_arrays, actions = labels.arrays()
+    return Demos(obs=obs_arrays, actions=actions, episodes=finished, successes=successes)
 
 
 def _actor_action(actor: torch.nn.Module, obs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -249,9 +261,7 @@ def dagger(
         experts = [ScriptedExpert(e, seed=seed + 104_729 * it + i) for i, e in enumerate(envs)]
         obs = [e.reset(seed=seed + 3_000_000 + 104_729 * it + i)[0] for i, e in enumerate(envs)]
         keys = list(obs[0])
-        new_obs: dict[str, list[np.ndarray]] = {k: [] for k in keys}
-        new_actions: list[np.ndarray] = []
-        idle = [0] * episodes
+        labels = _Labels(episodes)
         horizon = envs[0].unwrapped.spec_.max_steps
         actor.eval()
         for _ in tqdm(range(horizon), desc=f"dagger {it + 1}/{iterations}", disable=not progress, leave=False):
@@ -261,18 +271,14 @@ def dagger(
             with torch.no_grad():
                 acts = _actor_action(actor, batch).cpu().numpy()
             for i, env in enumerate(envs):
-                label = experts[i].act(obs[i])
-                idle[i] = idle[i] + 1 if not label.any() else 0
-                if idle[i] <= IDLE_KEPT and not experts[i].last_random:
-                    for k in keys:
-                        new_obs[k].append(obs[i][k])
-                    new_actions.append(label)
+                labels.add(i, obs[i], experts[i].act(obs[i]), experts[i])
                 obs[i] = env.step(acts[i])[0]
         for e in envs:
             e.close()
+        new_obs, new_actions = labels.arrays()
         demos = Demos(
-            obs={k: np.concatenate([demos.obs[k], np.stack(v).astype(np.float32)]) for k, v in new_obs.items()},
-            actions=np.concatenate([demos.actions, np.stack(new_actions).astype(np.float32)]),
+            obs={k: np.concatenate([demos.obs[k], v]) for k, v in new_obs.items()},
+            actions=np.concatenate([demos.actions, new_actions]),
             episodes=demos.episodes,
             successes=demos.successes,
         )

@@ -106,8 +106,10 @@ class _EntityPolicyMixin:
     stochastic_actor = True
     quantile_critic = False
 
-    def _init_entity(self, net: NetConfig | dict[str, Any] | None) -> None:
+    def __init__(self, observation_space, action_space, lr_schedule, net: NetConfig | dict | None = None, **kwargs):
+        _check_space(observation_space)
         self.net_config = _net_config(net)
+        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
     def make_actor(self, features_extractor=None) -> EntityActor:
         return EntityActor(self.observation_space, self.action_space, self.net_config, self.stochastic_actor).to(
@@ -137,32 +139,17 @@ def _check_space(observation_space: spaces.Space) -> None:
 class EntitySACPolicy(_EntityPolicyMixin, SACPolicy):
     """SAC policy with an entity-centric actor and batched twin critics. ``net``: a :class:`NetConfig`."""
 
-    def __init__(self, observation_space, action_space, lr_schedule, net: NetConfig | dict | None = None, **kwargs):
-        _check_space(observation_space)
-        self._init_entity(net)
-        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
-
 
 class EntityTD3Policy(_EntityPolicyMixin, TD3Policy):
     """TD3 policy with an entity-centric deterministic actor and batched twin critics."""
 
     stochastic_actor = False
 
-    def __init__(self, observation_space, action_space, lr_schedule, net: NetConfig | dict | None = None, **kwargs):
-        _check_space(observation_space)
-        self._init_entity(net)
-        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
-
 
 class EntityTQCPolicy(_EntityPolicyMixin, TQCPolicy):
     """TQC (sb3-contrib) policy with an entity-centric actor and a batched quantile-critic ensemble."""
 
     quantile_critic = True
-
-    def __init__(self, observation_space, action_space, lr_schedule, net: NetConfig | dict | None = None, **kwargs):
-        _check_space(observation_space)
-        self._init_entity(net)
-        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
 
 ENTITY_POLICIES = {"sac": EntitySACPolicy, "td3": EntityTD3Policy, "tqc": EntityTQCPolicy}

@@ -19,7 +19,7 @@ import json
 import shutil
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +37,8 @@ from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
+from ecrl.envs.task import default_horizon
+from ecrl.evaluation import evaluate, log_report
 from ecrl.policies.demos import DemoBCCallback, FreezeActorCallback, collect_demos, dagger, pretrain_actor
 from ecrl.policies.export import policy_from_model
 from ecrl.policies.sb3 import ENTITY_POLICIES
@@ -178,7 +180,7 @@ class TrainConfig:
 
     @property
     def horizon(self) -> int:
-        return 50 + 100 * self.n_objects
+        return default_horizon(self.n_objects)
 
     def env_kwargs(self, part: str = "train") -> dict[str, Any]:
         kw: dict[str, Any] = {
@@ -415,7 +417,6 @@ class PeriodicEvalCallback(BaseCallback):
         super().__init__()
         self.config = config
         self._last = 0
-        self.history: list[dict[str, Any]] = []
 
     def _on_training_start(self) -> None:
         self._last = self.model.num_timesteps
@@ -423,22 +424,21 @@ class PeriodicEvalCallback(BaseCallback):
     def _on_step(self) -> bool:
         if self.config.eval_every and self.model.num_timesteps - self._last >= self.config.eval_every:
             self._last = self.model.num_timesteps
-            self.history.append(run_periodic_eval(self.model, self.config, self.logger))
+            run_periodic_eval(self.model, self.config, self.logger)
         return True
 
 
-def run_periodic_eval(model, config: TrainConfig, logger=None) -> dict[str, Any]:
-    from ecrl.evaluation import evaluate, log_report
-
+def run_periodic_eval(model, config: TrainConfig, logger) -> None:
+    """Evaluate the current policy on ``config.eval_objects`` (default: N and 2N) and log ``eval/…`` to ``logger``."""
     n = config.n_objects
     objects = config.eval_objects or tuple(sorted({n, 2 * n}))
     parts = ("train", "test") if config.split else ("train",)
-    n_max = None
-    if config.arch == "mlp":  # a flat MLP only runs at the padding it was trained with
-        n_max = model.observation_space["observation"].shape[0] - 1
+    policy = policy_from_model(model, policy_meta(config, model))
+    n_max = policy.kwargs.get("n_max")  # set for a flat MLP: it only runs at the padding it was trained with
+    if n_max is not None:
         objects = tuple(k for k in objects if k <= n_max)
     report = evaluate(
-        policy_from_model(model, policy_meta(config, model)),
+        policy,
         objects,
         goal=config.goal,
         split=config.split,
@@ -447,9 +447,7 @@ def run_periodic_eval(model, config: TrainConfig, logger=None) -> dict[str, Any]
         n_max=n_max,
         progress=False,
     )
-    if logger is not None:
-        log_report(report, logger)
-    return {"env_steps": int(model.num_timesteps), "report": report}
+    log_report(report, logger)
 
 
 # ---------------------------------------------------------------------------------------------- the run
@@ -467,7 +465,6 @@ class TrainResult:
     wall_s: float
     demo_success: float | None = None
     bc_loss: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
@@ -504,8 +501,9 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
 
     callbacks: list[BaseCallback] = [CheckpointCallback(config, run_dir), PeriodicEvalCallback(config)]
     demos = None
-    if config.demos:
-        # Re-collected on resume too (same seed, same episodes): they are the BC term's data.
+    # On resume the buffer already holds the demos: they are re-collected (same seed, same episodes)
+    # only when the BC term needs them.
+    if config.demos and (resume is None or config.bc_weight > 0):
         demos = collect_demos(
             partial(_make_env, config),
             config.demos,
