@@ -1,0 +1,781 @@
+"""Demonstration datasets: episodes of entity observations and actions, for diffusion planners.
+
+:func:`collect_dataset` rolls out the scripted expert (or any policy with ``act(obs)``) on push
+tasks and writes the episodes to a directory; :class:`DemoDataset` reads it back and cuts
+fixed-horizon windows for training. Both speak in entity rows (:mod:`ecrl.envs.layout`), never in
+flat vectors, and a dataset may mix episodes with different numbers of objects.
+
+On-disk format (version 1)
+--------------------------
+A dataset is a directory::
+
+    meta.json            what the dataset is and how it was made (below)
+    shard_00000.npz      compressed numpy arrays of a few episodes each (np.savez_compressed)
+    shard_00001.npz      ...
+
+``meta.json`` holds ``format`` (``"ecrl.demos"``), ``version`` (1), the layout it was written
+with (``entity_dim``, ``goal_dim``, ``action_dim``, and ``entity_fields``/``goal_fields``: each
+field's ``[start, stop)`` columns), ``shards`` (one entry per shard: ``file``, ``episodes``,
+``steps``, ``n_max``, ``successes``), the totals ``episodes``, ``steps`` and ``dropped`` (failed
+episodes left out), ``next_seed`` (where an appended collection starts by default) and
+``collections``: one record per run that added episodes (its config, command, seeds, counts,
+shards and provenance).
+
+A shard holds ``E`` episodes concatenated along time. Episode ``e`` has ``T_e`` steps
+(actions) and ``T_e + 1`` states; with ``S = sum(T_e)`` steps and ``m`` = the largest number of
+objects in the shard (entity rows beyond an episode's own ``n`` are all zero, as the env pads):
+
+======================  ======================  =========  =============================================
+array                   shape                   dtype      meaning
+======================  ======================  =========  =============================================
+``observation``         ``(S + E, 1 + m, De)``  float32    entity rows (agent first), states s_0 … s_T
+``achieved_goal``       ``(S + E, m, Dg)``      float32    goal rows of the objects' positions, per state
+``desired_goal``        ``(E, m, Dg)``          float32    goal rows of the targets, per episode (push
+                                                           goals are static: they are read at reset)
+``action``              ``(S, 2)``              float32    the action taken in state s_t, in [-1, 1]
+``reward``              ``(S,)``                float32    the env reward of that step
+``is_success``          ``(S,)``                bool       every object placed after that step
+``expert_random``       ``(S,)``                bool       the scripted expert's random step out of a
+                                                           stall (real dynamics, poor labels)
+``episode_starts``      ``(E,)``                int64      index of the episode's first step in the step
+                                                           arrays; its states start at ``starts[e] + e``
+``episode_lengths``     ``(E,)``                int64      ``T_e``
+``n_objects``           ``(E,)``                int64      the episode's own number of objects ``n``
+``seed``                ``(E,)``                int64      the seed the env (and expert) were reset with
+``success``             ``(E,)``                bool       every object placed at the episode's end
+``task_json``           ``(L,)``                uint8      UTF-8 JSON list of the E tasks
+                                                           (``TaskSpec.to_dict``)
+======================  ======================  =========  =============================================
+
+Everything loads with ``np.load(..., allow_pickle=False)``. Once every object is placed the
+scripted expert idles; an episode keeps at most ``idle_steps`` idle steps (zero action in a solved
+state: enough to show how to stop, not so many that zeros swamp the data) and ends there.
+Shards are written once and never changed: appending adds shards, and ``meta.json`` is replaced
+(atomically) after every shard, so an interrupted collection leaves a readable dataset.
+
+Example::
+
+    import numpy as np
+    from ecrl.datasets import CollectConfig, DemoDataset, collect_dataset
+
+    collect_dataset("data/push3", CollectConfig(n_objects=(3,), episodes=100))
+    data = DemoDataset("data/push3")
+    batch = data.sample_windows(64, horizon=16, rng=np.random.default_rng(0))
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+from tqdm import tqdm
+
+from ecrl.envs import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, ScriptedExpert, TaskSpec
+from ecrl.evaluation import EVAL_SEED, BatchPolicy, check_settings, describe
+from ecrl.reporting import provenance
+
+__all__ = [
+    "ACTION_DIM",
+    "FORMAT",
+    "VERSION",
+    "CollectConfig",
+    "CollectResult",
+    "DatasetError",
+    "DemoDataset",
+    "Episode",
+    "collect_dataset",
+    "read_meta",
+]
+
+FORMAT, VERSION, META = "ecrl.demos", 1, "meta.json"
+ACTION_DIM = 2
+_STEP_KEYS = ("action", "reward", "is_success", "expert_random")
+_EPISODE_KEYS = ("episode_starts", "episode_lengths", "n_objects", "seed", "success")
+SHARD_KEYS = ("observation", "achieved_goal", "desired_goal", *_STEP_KEYS, *_EPISODE_KEYS, "task_json")
+
+
+class DatasetError(ValueError):
+    """A path that is not a readable ``ecrl`` demonstration dataset, or one this version cannot use."""
+
+
+@dataclass
+class Episode:
+    """One episode, unpadded: ``T`` steps, ``n`` objects.
+
+    Attributes:
+        observation: ``(T + 1, 1 + n, ENTITY_DIM)`` entity rows of states s_0 … s_T.
+        achieved_goal: ``(T + 1, n, GOAL_DIM)`` goal rows at the objects' positions.
+        desired_goal: ``(n, GOAL_DIM)`` the targets (static within an episode).
+        action: ``(T, 2)`` actions in ``[-1, 1]``.
+        reward: ``(T,)`` env rewards.
+        is_success: ``(T,)`` bool, every object placed after the step.
+        expert_random: ``(T,)`` bool, the expert's random steps out of a stall.
+        task: the episode's task.
+        seed: the reset seed.
+        success: every object placed at the end.
+    """
+
+    observation: np.ndarray
+    achieved_goal: np.ndarray
+    desired_goal: np.ndarray
+    action: np.ndarray
+    reward: np.ndarray
+    is_success: np.ndarray
+    expert_random: np.ndarray
+    task: TaskSpec
+    seed: int
+    success: bool
+
+    def __len__(self) -> int:
+        return len(self.action)
+
+    @property
+    def n_objects(self) -> int:
+        return self.task.n_objects
+
+
+# ---------------------------------------------------------------------------------------------- collection
+
+
+@dataclass
+class CollectConfig:
+    """What to roll out (every field is a command-line option of ``ecrl-collect``)."""
+
+    n_objects: tuple[int, ...] = (3,)
+    """Numbers of objects; one block of ``episodes`` per number (and split part)."""
+    goal: str = "positions"
+    """Goal kind: positions, adjacent, sort or ordered."""
+    split: str | None = None
+    """Compositional split (e.g. ``colour_shape``) whose ``parts`` tasks are drawn from; ``None``: random objects."""
+    parts: tuple[str, ...] = ("train",)
+    """Parts of the split to collect (``test`` holds the held-out combinations: keep it out of training data)."""
+    episodes: int = 100
+    """Episodes rolled out per (part, number of objects), kept or not."""
+    seed: int | None = None
+    """The k-th episode of this collection resets with seed ``seed + k`` (default: 0, or where the dataset's last collection stopped)."""
+    only_success: bool = True
+    """Keep successful episodes only (the number dropped is recorded in meta.json)."""
+    idle_steps: int | None = 10
+    """Idle steps (zero action once every object is placed) kept before an episode ends; ``None``: run to the horizon."""
+    n_max: int | None = None
+    """Pad the env's observations to this many objects (what the policy sees; the dataset stores each episode unpadded)."""
+    reward: Literal["sparse", "dense"] = "sparse"
+    """Env reward stored per step: sparse (minus the fraction not placed) or dense (minus the mean distance)."""
+    shard_episodes: int = 100
+    """Episodes per shard file."""
+    batch_size: int = 16
+    """Environments run side by side (a policy acts on all of them in one call)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self) -> None:
+        self.n_objects, self.parts = tuple(int(n) for n in self.n_objects), tuple(self.parts)
+        check_settings(self.n_objects, self.goal, self.split, self.parts, self.episodes, self.n_max, self.batch_size)
+        if self.idle_steps is not None and self.idle_steps < 0:
+            raise ValueError(f"idle_steps must be >= 0 (or None to keep every step), got {self.idle_steps}")
+        if self.shard_episodes < 1:
+            raise ValueError(f"shard_episodes must be >= 1, got {self.shard_episodes}")
+        if self.seed is not None and self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
+
+
+@dataclass
+class CollectResult:
+    """What one :func:`collect_dataset` call added."""
+
+    path: Path
+    kept: int
+    dropped: int
+    steps: int
+    shards: list[str]
+    seeds: tuple[int, int]
+    """First seed and one past the last seed used."""
+    wall_s: float
+
+
+class _Expert:
+    """One scripted expert per env; reports which actions were random steps out of a stall."""
+
+    def reset(self, envs: Sequence[gym.Env], seeds: Sequence[int]) -> None:
+        self.experts = [ScriptedExpert(env, seed=seed) for env, seed in zip(envs, seeds, strict=True)]
+
+    def act(self, obs: Mapping[str, np.ndarray], active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        actions, random = np.zeros((len(active), ACTION_DIM), np.float32), np.zeros(len(active), bool)
+        for i in np.flatnonzero(active):
+            actions[i] = self.experts[i].act({k: v[i] for k, v in obs.items()})
+            random[i] = self.experts[i].last_random
+        return actions, random
+
+
+class _Policy:
+    """Any batch policy (see :class:`ecrl.evaluation.BatchPolicy`): row ``b`` of every call is env ``b``."""
+
+    def __init__(self, policy: BatchPolicy) -> None:
+        self.policy = policy
+
+    def reset(self, envs: Sequence[gym.Env], seeds: Sequence[int]) -> None:
+        if hasattr(self.policy, "reset"):
+            self.policy.reset(envs, seeds)
+
+    def act(self, obs: Mapping[str, np.ndarray], active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        actions = np.asarray(self.policy.act(obs), dtype=np.float32)
+        if actions.shape != (len(active), ACTION_DIM):
+            raise ValueError(
+                f"policy.act returned actions of shape {actions.shape}, expected {(len(active), ACTION_DIM)}"
+            )
+        return actions, np.zeros(len(active), bool)
+
+
+def _rollout(envs: list[gym.Env], seeds: list[int], actor: _Expert | _Policy, idle_steps: int | None) -> list[Episode]:
+    """One episode per env, side by side; an episode ends at the horizon or after ``idle_steps`` idle steps.
+
+    A step is *idle* when every object is already placed and the action is zero (the scripted
+    expert's "nothing to do"); the idle steps before the cut stay in the data: they show how to stop.
+    """
+    resets = [env.reset(seed=s) for env, s in zip(envs, seeds, strict=True)]
+    actor.reset(envs, seeds)
+    b = len(envs)
+    obs = [o for o, _ in resets]
+    solved = np.array([info["is_success"] for _, info in resets])
+    states: list[list[dict[str, np.ndarray]]] = [[o] for o in obs]
+    steps: list[list[tuple]] = [[] for _ in range(b)]
+    idle, active = np.zeros(b, np.int64), np.ones(b, bool)
+    while active.any():
+        actions, random = actor.act({k: np.stack([o[k] for o in obs]) for k in obs[0]}, active)
+        for i in np.flatnonzero(active):
+            idle[i] = idle[i] + 1 if solved[i] and not actions[i].any() else 0
+            if idle_steps is not None and idle[i] > idle_steps:
+                active[i] = False
+                continue
+            obs[i], reward, terminated, truncated, info = envs[i].step(actions[i])
+            solved[i] = info["is_success"]
+            states[i].append(obs[i])
+            steps[i].append((actions[i], reward, info["is_success"], random[i]))
+            active[i] = not (terminated or truncated)
+    return [
+        _episode(env.unwrapped, seed, s, t, bool(ok))
+        for env, seed, s, t, ok in zip(envs, seeds, states, steps, solved, strict=True)
+    ]
+
+
+def _episode(env: Any, seed: int, states: list[dict[str, np.ndarray]], steps: list[tuple], success: bool) -> Episode:
+    """An :class:`Episode` from the observations and ``(action, reward, is_success, random)`` steps of a rollout."""
+    n = env.n_objects
+    desired = states[0]["desired_goal"][:n]
+    if not np.array_equal(states[-1]["desired_goal"][:n], desired):
+        raise RuntimeError("desired_goal changed during an episode; this dataset format stores it per episode")
+    action, reward, is_success, random = (list(x) for x in zip(*steps, strict=True)) if steps else ([], [], [], [])
+    return Episode(
+        observation=np.stack([o["observation"][: 1 + n] for o in states]).astype(np.float32),
+        achieved_goal=np.stack([o["achieved_goal"][:n] for o in states]).astype(np.float32),
+        desired_goal=desired.astype(np.float32),
+        action=np.array(action, np.float32).reshape(-1, ACTION_DIM),
+        reward=np.array(reward, np.float32),
+        is_success=np.array(is_success, bool),
+        expert_random=np.array(random, bool),
+        task=env.spec_,
+        seed=int(seed),
+        success=success,
+    )
+
+
+def collect_dataset(
+    path: str | Path,
+    config: CollectConfig | None = None,
+    policy: BatchPolicy | None = None,
+    *,
+    append: bool = False,
+    command: str | None = None,
+    policy_info: Mapping[str, Any] | None = None,
+) -> CollectResult:
+    """Roll out ``policy`` (default: the scripted expert) as ``config`` says and write the episodes to ``path``.
+
+    Args:
+        path: the dataset directory; created if missing.
+        config: what to collect (default: :class:`CollectConfig`'s defaults).
+        policy: ``act(obs) -> (B, 2)`` for a batch of observations, optionally ``reset(envs, seeds)``
+            (e.g. :func:`ecrl.load`'s policies); ``None``: the scripted expert.
+        append: add to an existing dataset; without it an existing dataset is an error.
+        command: the command line that asked for this (recorded in ``meta.json``).
+        policy_info: what to record about ``policy`` in ``meta.json``, beside its ``meta`` and repr.
+
+    Raises:
+        DatasetError: ``path`` holds a dataset and ``append`` is False, holds something else, or
+            (with ``append``) the seeds would repeat episodes already in it.
+    """
+    config = config or CollectConfig()
+    writer = _Writer(Path(path), append, config.shard_episodes)
+    seed = writer.meta["next_seed"] if config.seed is None else config.seed
+    total = len(config.parts) * len(config.n_objects) * config.episodes
+    writer.check_seeds(seed, seed + total)
+    if seed < EVAL_SEED + 10_000 and seed + total > EVAL_SEED:
+        warnings.warn(
+            f"seeds {seed} … {seed + total - 1} reach the evaluation seeds (from {EVAL_SEED}): evaluation scenes "
+            "would be in the training data",
+            stacklevel=2,
+        )
+    source = {"source": "scripted_expert"}
+    if policy is not None:
+        source = {"source": "policy", **describe(policy), **dict(policy_info or {})}
+    record: dict[str, Any] = {
+        "config": {**asdict(config), "seed": seed},
+        **source,
+        "command": command,
+        "seeds": [seed, seed + total],
+        "kept": 0,
+        "dropped": 0,
+        "shards": [],
+        "complete": False,
+        "provenance": provenance(),
+    }
+    writer.start(record)
+    actor: _Expert | _Policy = _Expert() if policy is None else _Policy(policy)
+    started, k = time.perf_counter(), seed
+    bar = tqdm(total=total, desc="collect", unit="ep", dynamic_ncols=True, disable=not config.progress)
+    for part in config.parts:
+        for n in config.n_objects:
+            env_kwargs = {"n_objects": n, "goal": config.goal, "n_max": config.n_max, "reward_type": config.reward}
+            if config.split:
+                env_kwargs.update(split=config.split, part=part)
+            envs = [gym.make("ecrl/Push-v0", **env_kwargs) for _ in range(min(config.batch_size, config.episodes))]
+            for first in range(0, config.episodes, config.batch_size):
+                chunk = envs[: min(config.batch_size, config.episodes - first)]
+                for episode in _rollout(chunk, list(range(k, k + len(chunk))), actor, config.idle_steps):
+                    if episode.success or not config.only_success:
+                        writer.add(episode)
+                        record["kept"] += 1
+                    else:
+                        record["dropped"] += 1
+                k += len(chunk)
+                bar.update(len(chunk))
+                bar.set_postfix(kept=record["kept"], dropped=record["dropped"])
+            for env in envs:
+                env.close()
+    bar.close()
+    record["complete"] = True
+    record["wall_s"] = time.perf_counter() - started
+    writer.finish()
+    return CollectResult(
+        Path(path), record["kept"], record["dropped"], writer.steps_added, record["shards"], (seed, k), record["wall_s"]
+    )
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+def _fields(fields: Mapping[str, slice]) -> dict[str, list[int]]:
+    return {name: [s.start, s.stop] for name, s in fields.items()}
+
+
+def _empty_meta() -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "entity_dim": ENTITY_DIM,
+        "goal_dim": GOAL_DIM,
+        "action_dim": ACTION_DIM,
+        "entity_fields": _fields(ENTITY_FIELDS),
+        "goal_fields": _fields(GOAL_FIELDS),
+        "episodes": 0,
+        "steps": 0,
+        "dropped": 0,
+        "next_seed": 0,
+        "shards": [],
+        "collections": [],
+    }
+
+
+def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
+    """``x`` with all-zero rows appended along axis 1 up to ``rows`` (or cut to ``rows``: those are zero)."""
+    if x.shape[1] >= rows:
+        return x[:, :rows]
+    return np.pad(x, [(0, 0), (0, rows - x.shape[1])] + [(0, 0)] * (x.ndim - 2))
+
+
+def _shard_arrays(episodes: Sequence[Episode]) -> dict[str, np.ndarray]:
+    """The arrays of a shard holding ``episodes`` (see the module docstring)."""
+    m = max(e.n_objects for e in episodes)
+    lengths = np.array([len(e) for e in episodes], np.int64)
+    tasks = json.dumps([e.task.to_dict() for e in episodes]).encode()
+    return {
+        "observation": np.concatenate([_pad_rows(e.observation, 1 + m) for e in episodes]),
+        "achieved_goal": np.concatenate([_pad_rows(e.achieved_goal, m) for e in episodes]),
+        "desired_goal": np.stack([_pad_rows(e.desired_goal[None], m)[0] for e in episodes]),
+        **{key: np.concatenate([getattr(e, key) for e in episodes]) for key in _STEP_KEYS},
+        "episode_starts": np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64),
+        "episode_lengths": lengths,
+        "n_objects": np.array([e.n_objects for e in episodes], np.int64),
+        "seed": np.array([e.seed for e in episodes], np.int64),
+        "success": np.array([e.success for e in episodes], bool),
+        "task_json": np.frombuffer(tasks, np.uint8),
+    }
+
+
+def _write_atomic(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        write(f)
+    os.replace(tmp, path)
+
+
+class _Writer:
+    """Adds episodes to a dataset directory in shards; ``meta.json`` is rewritten after every shard,
+    so a collection killed midway leaves a valid dataset of the shards it finished."""
+
+    def __init__(self, path: Path, append: bool, shard_episodes: int) -> None:
+        self.path, self.shard_episodes = path, shard_episodes
+        if (path / META).exists():
+            if not append:
+                raise DatasetError(
+                    f"{path} already holds a dataset ({read_meta(path)['episodes']} episodes); pass --append "
+                    "(append=True) to add episodes to it, or choose another output directory"
+                )
+            self.meta = read_meta(path)
+        elif path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise DatasetError(f"{path} exists and is not a dataset (no {META}); refusing to write into it")
+        else:
+            self.meta = _empty_meta()
+        self.pending: list[Episode] = []
+        self.steps_added = 0
+
+    def check_seeds(self, first: int, stop: int) -> None:
+        for c in self.meta["collections"]:
+            lo, hi = c["seeds"]
+            if first < hi and lo < stop:
+                raise DatasetError(
+                    f"seeds {first} … {stop - 1} overlap seeds {lo} … {hi - 1} of an earlier collection in "
+                    f"{self.path}, which would repeat its episodes; omit the seed to continue from "
+                    f"{self.meta['next_seed']}"
+                )
+
+    def start(self, record: dict[str, Any]) -> None:
+        self.record = record
+        self.meta["collections"].append(record)
+        self.meta["next_seed"] = max(self.meta["next_seed"], record["seeds"][1])
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._write_meta()
+
+    def add(self, episode: Episode) -> None:
+        self.pending.append(episode)
+        if len(self.pending) >= self.shard_episodes:
+            self._flush()
+
+    def finish(self) -> None:
+        self._flush()
+        self._write_meta()
+
+    def _flush(self) -> None:
+        if not self.pending:
+            return
+        arrays = _shard_arrays(self.pending)
+        name = f"shard_{len(self.meta['shards']):05d}.npz"
+        _write_atomic(self.path / name, lambda f: np.savez_compressed(f, **arrays))
+        steps = len(arrays["action"])
+        self.meta["shards"].append(
+            {
+                "file": name,
+                "episodes": len(self.pending),
+                "steps": steps,
+                "n_max": arrays["desired_goal"].shape[1],
+                "successes": int(arrays["success"].sum()),
+            }
+        )
+        self.meta["episodes"] += len(self.pending)
+        self.meta["steps"] += steps
+        self.record["shards"].append(name)
+        self.steps_added += steps
+        self.pending = []
+        self._write_meta()
+
+    def _write_meta(self) -> None:
+        self.meta["dropped"] = sum(c["dropped"] for c in self.meta["collections"])
+        text = json.dumps(self.meta, indent=1) + "\n"
+        _write_atomic(self.path / META, lambda f: f.write(text.encode()))
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    """``meta.json`` of the dataset at ``path``, checked against this version's format and layout."""
+    path = Path(path)
+    if not (path / META).is_file():
+        what = "does not exist" if not path.exists() else f"has no {META}"
+        raise DatasetError(f"{path} {what}: expected a dataset directory written by ecrl-collect ({META} + shards)")
+    try:
+        meta = json.loads((path / META).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{path / META} is not valid JSON: {e}") from e
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise DatasetError(f"{path / META}: expected format {FORMAT!r}, found {found!r}")
+    if meta.get("version") != VERSION:
+        raise DatasetError(f"{path / META}: expected format version {VERSION}, found {meta.get('version')!r}")
+    expected = _empty_meta()
+    for key in ("entity_dim", "goal_dim", "action_dim", "entity_fields", "goal_fields"):
+        if meta.get(key) != expected[key]:
+            raise DatasetError(
+                f"{path / META}: written with {key} = {meta.get(key)!r}, but this ecrl's layout has "
+                f"{expected[key]!r}; re-collect the dataset with this version"
+            )
+    missing = {"shards", "episodes", "steps", "collections", "next_seed"} - set(meta)
+    if missing:
+        raise DatasetError(f"{path / META} lacks {sorted(missing)}")
+    for entry in meta["shards"]:
+        if not isinstance(entry, dict) or not {"file", "episodes", "steps", "n_max"} <= set(entry):
+            raise DatasetError(f"{path / META}: a shard entry needs file, episodes, steps and n_max; found {entry!r}")
+        if Path(entry["file"]).name != entry["file"]:
+            raise DatasetError(
+                f"{path / META}: shard file {entry['file']!r} must be a name inside the dataset directory"
+            )
+    return meta
+
+
+def _load_shard(path: Path, entry: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The arrays of one shard, checked against each other and against its ``meta.json`` entry."""
+    file = path / entry["file"]
+    try:
+        with np.load(file, allow_pickle=False) as data:
+            missing = set(SHARD_KEYS) - set(data.files)
+            if missing:
+                raise DatasetError(f"{file} lacks arrays {sorted(missing)}; expected {list(SHARD_KEYS)}")
+            arrays = {key: data[key] for key in SHARD_KEYS}
+    except FileNotFoundError as e:
+        raise DatasetError(f"{file} is listed in {path / META} but missing") from e
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        if isinstance(e, DatasetError):
+            raise
+        raise DatasetError(f"{file} is not a readable npz shard (corrupt or truncated?): {e}") from e
+    lengths, m = arrays["episode_lengths"], arrays["desired_goal"].shape[1] if arrays["desired_goal"].ndim == 3 else -1
+    e, s = len(lengths), int(lengths.sum())
+    expected = {
+        "observation": (s + e, 1 + m, ENTITY_DIM),
+        "achieved_goal": (s + e, m, GOAL_DIM),
+        "desired_goal": (e, m, GOAL_DIM),
+        "action": (s, ACTION_DIM),
+        **{key: (s,) for key in _STEP_KEYS[1:]},
+        **{key: (e,) for key in _EPISODE_KEYS},
+    }
+    for key, shape in expected.items():
+        if arrays[key].shape != shape:
+            raise DatasetError(
+                f"{file}: {key} should have shape {shape} (from its episode lengths), found {arrays[key].shape}"
+            )
+    found = {"episodes": e, "steps": s, "n_max": m}
+    if any(entry.get(k) != v for k, v in found.items()):
+        raise DatasetError(
+            f"{file} does not match its entry in {path / META}: expected "
+            f"{ {k: entry.get(k) for k in found} }, found {found}"
+        )
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    if (lengths < 0).any() or not np.array_equal(arrays["episode_starts"], starts):
+        raise DatasetError(f"{file}: episode_starts {arrays['episode_starts']} disagree with episode_lengths {lengths}")
+    if e and not ((arrays["n_objects"] >= 1) & (arrays["n_objects"] <= m)).all():
+        raise DatasetError(f"{file}: n_objects {arrays['n_objects']} must be in 1 … {m} (the shard's padding)")
+    try:
+        tasks = json.loads(arrays.pop("task_json").tobytes().decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DatasetError(f"{file}: task_json is not valid UTF-8 JSON: {err}") from err
+    if not isinstance(tasks, list) or len(tasks) != e:
+        raise DatasetError(f"{file}: task_json should be a list of {e} tasks, found {type(tasks).__name__}")
+    arrays["tasks"] = tasks
+    return arrays
+
+
+class DemoDataset:
+    """A demonstration dataset in memory: episodes and fixed-horizon training windows.
+
+    Every shard is read (and checked) at construction; entity rows are padded to the dataset's
+    largest number of objects ``n_max`` in memory and cut or padded per batch.
+
+    Args:
+        path: a dataset directory written by :func:`collect_dataset` / ``ecrl-collect``.
+
+    Attributes:
+        meta: the checked ``meta.json``.
+        n_max: the most objects of any episode; entity arrays have ``1 + n_max`` rows.
+        observation, achieved_goal: ``(S + E, 1 + n_max, ENTITY_DIM)``, ``(S + E, n_max, GOAL_DIM)``
+            states of every episode, one after the other; episode ``e``'s start at ``state_starts[e]``.
+        action, reward, is_success, expert_random: ``(S, 2)``, ``(S,)``: steps, from ``step_starts[e]``.
+        desired_goal: ``(E, n_max, GOAL_DIM)``.
+        lengths, n_objects, seeds, success: ``(E,)`` per episode.
+
+    Raises:
+        DatasetError: the directory is missing, or its ``meta.json`` or a shard is unreadable, of
+            another format version or layout, or inconsistent.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.meta = read_meta(self.path)
+        shards = [_load_shard(self.path, entry) for entry in self.meta["shards"]]
+        counts = {"episodes": sum(len(s["seed"]) for s in shards), "steps": sum(len(s["action"]) for s in shards)}
+        if counts != {k: self.meta[k] for k in counts}:
+            raise DatasetError(
+                f"{self.path / META} counts { {k: self.meta[k] for k in counts} }, its shards hold {counts}"
+            )
+        self.n_max = max((s["desired_goal"].shape[1] for s in shards), default=1)
+        cat = lambda key, rows=None: np.concatenate(  # noqa: E731
+            [s[key] if rows is None else _pad_rows(s[key], rows) for s in shards]
+        )
+        if shards:
+            self.observation = cat("observation", 1 + self.n_max)
+            self.achieved_goal, self.desired_goal = cat("achieved_goal", self.n_max), cat("desired_goal", self.n_max)
+            self.action, self.reward = cat("action"), cat("reward")
+            self.is_success, self.expert_random = cat("is_success"), cat("expert_random")
+            self.lengths, self.n_objects = cat("episode_lengths"), cat("n_objects")
+            self.seeds, self.success = cat("seed"), cat("success")
+        else:
+            self._empty()
+        self._tasks = [t for s in shards for t in s["tasks"]]
+        self.step_starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+        self.state_starts = self.step_starts + np.arange(len(self.lengths))
+        self._step_episode = np.repeat(np.arange(len(self.lengths)), self.lengths)
+
+    def _empty(self) -> None:
+        m = self.n_max
+        self.observation = np.zeros((0, 1 + m, ENTITY_DIM), np.float32)
+        self.achieved_goal = np.zeros((0, m, GOAL_DIM), np.float32)
+        self.desired_goal, self.action = np.zeros((0, m, GOAL_DIM), np.float32), np.zeros((0, ACTION_DIM), np.float32)
+        self.reward = np.zeros(0, np.float32)
+        self.is_success, self.expert_random, self.success = (np.zeros(0, bool) for _ in range(3))
+        self.lengths, self.n_objects, self.seeds = (np.zeros(0, np.int64) for _ in range(3))
+
+    def __repr__(self) -> str:
+        return f"DemoDataset({str(self.path)!r}, episodes={len(self)}, steps={self.num_steps}, n_max={self.n_max})"
+
+    def __len__(self) -> int:
+        """Number of episodes."""
+        return len(self.lengths)
+
+    @property
+    def num_steps(self) -> int:
+        """Number of steps (actions) over all episodes."""
+        return len(self.action)
+
+    def task(self, i: int) -> TaskSpec:
+        """The task of episode ``i``."""
+        return TaskSpec.from_dict(self._tasks[i])
+
+    def __getitem__(self, i: int) -> Episode:
+        """Episode ``i``, unpadded to its own number of objects."""
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"episode {i} out of range for a dataset of {len(self)} episodes")
+        i = int(i) % len(self)
+        n, t = int(self.n_objects[i]), int(self.lengths[i])
+        states, steps = (
+            slice(self.state_starts[i], self.state_starts[i] + t + 1),
+            slice(self.step_starts[i], self.step_starts[i] + t),
+        )
+        return Episode(
+            observation=self.observation[states, : 1 + n],
+            achieved_goal=self.achieved_goal[states, :n],
+            desired_goal=self.desired_goal[i, :n],
+            action=self.action[steps],
+            reward=self.reward[steps],
+            is_success=self.is_success[steps],
+            expert_random=self.expert_random[steps],
+            task=self.task(i),
+            seed=int(self.seeds[i]),
+            success=bool(self.success[i]),
+        )
+
+    def __iter__(self) -> Iterator[Episode]:
+        return (self[i] for i in range(len(self)))
+
+    def windows(
+        self, episodes: np.ndarray, starts: np.ndarray, horizon: int, n_max: int | None = None
+    ) -> dict[str, np.ndarray]:
+        """Windows of ``horizon`` steps from step ``starts[b]`` of episode ``episodes[b]``.
+
+        A window that runs past its episode's end repeats the last state, has zero actions and
+        rewards, and is marked invalid there; it never reaches into another episode.
+
+        Args:
+            episodes: ``(B,)`` episode indices.
+            starts: ``(B,)`` first step of each window, ``0 <= starts[b] < len(episode)``.
+            horizon: ``H``, steps per window.
+            n_max: objects to pad to (default: the most in the batch); ``N = 1 + n_max`` entity rows.
+
+        Returns:
+            ``observation (B, H+1, N, ENTITY_DIM)`` states s_t … s_{t+H}; ``achieved_goal
+            (B, H+1, N-1, GOAL_DIM)``; ``action (B, H, 2)``; ``reward (B, H)``; ``is_success``,
+            ``expert_random`` and ``valid`` ``(B, H)`` bool; ``desired_goal (B, N-1, GOAL_DIM)``;
+            ``mask (B, N)`` and ``goal_mask (B, N-1)`` bool (False on padded rows); ``episode``,
+            ``start`` and ``n_objects`` ``(B,)`` int64. Arrays are float32 unless said otherwise.
+        """
+        e, t = np.asarray(episodes, np.int64).reshape(-1), np.asarray(starts, np.int64).reshape(-1)
+        if horizon < 1:
+            raise ValueError(f"horizon must be >= 1, got {horizon}")
+        if e.shape != t.shape or ((e < 0) | (e >= len(self))).any():
+            raise ValueError(f"episodes must be indices below {len(self)} with one start each; got {e} and {t}")
+        length = self.lengths[e]
+        if ((t < 0) | (t >= length)).any():
+            raise ValueError(
+                f"starts must be steps inside their episodes (0 <= start < length); got {t} for lengths {length}"
+            )
+        n = self.n_objects[e]
+        m = int(n.max()) if n_max is None else int(n_max)
+        if m < n.max():
+            raise ValueError(f"n_max = {m} is below the {n.max()} objects of an episode in this batch")
+        k = t[:, None] + np.arange(horizon + 1)  # (B, H+1) time index of each state in its episode
+        state = self.state_starts[e][:, None] + np.minimum(k, length[:, None])
+        valid = k[:, :-1] < length[:, None]
+        step = self.step_starts[e][:, None] + np.minimum(k[:, :-1], length[:, None] - 1)
+        zero = lambda x: np.where(valid.reshape(valid.shape + (1,) * (x.ndim - 2)), x, 0).astype(x.dtype)  # noqa: E731
+        return {
+            "observation": _pad_rows(self.observation[state].reshape(-1, 1 + self.n_max, ENTITY_DIM), 1 + m).reshape(
+                len(e), horizon + 1, 1 + m, ENTITY_DIM
+            ),
+            "achieved_goal": _pad_rows(self.achieved_goal[state].reshape(-1, self.n_max, GOAL_DIM), m).reshape(
+                len(e), horizon + 1, m, GOAL_DIM
+            ),
+            "action": zero(self.action[step]),
+            "reward": zero(self.reward[step]),
+            "is_success": zero(self.is_success[step]),
+            "expert_random": zero(self.expert_random[step]),
+            "valid": valid,
+            "desired_goal": _pad_rows(self.desired_goal[e], m),
+            "mask": np.arange(1 + m) <= n[:, None],
+            "goal_mask": np.arange(m) < n[:, None],
+            "episode": e,
+            "start": t,
+            "n_objects": n,
+        }
+
+    def sample_windows(
+        self, batch_size: int, horizon: int, rng: np.random.Generator | int | None = None, n_max: int | None = None
+    ) -> dict[str, np.ndarray]:
+        """``batch_size`` windows (see :meth:`windows`) starting at steps drawn uniformly over the dataset."""
+        if self.num_steps == 0:
+            raise DatasetError(f"{self.path} holds no steps to sample windows from")
+        step = np.random.default_rng(rng).integers(self.num_steps, size=batch_size)
+        e = self._step_episode[step]
+        return self.windows(e, step - self.step_starts[e], horizon, n_max)
+
+    def iter_windows(
+        self,
+        batch_size: int,
+        horizon: int,
+        rng: np.random.Generator | int | None = None,
+        n_max: int | None = None,
+        drop_last: bool = False,
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """One epoch: a window from every step of every episode once, in batches (shuffled if ``rng`` is given)."""
+        order = np.arange(self.num_steps)
+        if rng is not None:
+            np.random.default_rng(rng).shuffle(order)
+        stop = len(order) - len(order) % batch_size if drop_last else len(order)
+        for first in range(0, stop, batch_size):
+            step = order[first : first + batch_size]
+            e = self._step_episode[step]
+            yield self.windows(e, step - self.step_starts[e], horizon, n_max)
