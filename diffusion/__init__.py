@@ -1,1 +1,40 @@
-"""Entity-centric diffusion planners (flat and hierarchical)."""
+"""Entity-centric diffusion planners (flat and hierarchical).
+
+- :mod:`ecrl.diffusion.denoiser`: entity row features (:func:`split_rows`, :func:`join_rows`,
+  :func:`goal_features`), the :class:`EntityDenoiser` and its checkpoints.
+- :mod:`ecrl.diffusion.schedule`: the DDPM :func:`loss`, the DDIM :func:`sample` with inpainting,
+  :class:`EMA` weights.
+"""
+
+from ecrl.diffusion.denoiser import (
+    DYNAMIC_DIM,
+    STATIC_DIM,
+    DenoiserConfig,
+    EntityDenoiser,
+    goal_features,
+    join_rows,
+    load_denoiser,
+    save_denoiser,
+    split_rows,
+)
+from ecrl.diffusion.schedule import EMA, LossTerms, NoiseSchedule, Plan, Window, encode_window, loss, sample
+
+__all__ = [
+    "DYNAMIC_DIM",
+    "EMA",
+    "STATIC_DIM",
+    "DenoiserConfig",
+    "EntityDenoiser",
+    "LossTerms",
+    "NoiseSchedule",
+    "Plan",
+    "Window",
+    "encode_window",
+    "goal_features",
+    "join_rows",
+    "load_denoiser",
+    "loss",
+    "sample",
+    "save_denoiser",
+    "split_rows",
+]

@@ -1,0 +1,380 @@
+"""The entity-centric diffusion denoiser: (entities × steps + actions + goals) tokens → clean plan.
+
+A plan is a window of ``T = H + 1`` steps: every entity's *dynamic state* at steps ``0 … H`` and the
+action taken at steps ``0 … H - 1``. The denoiser reads a noisy plan and predicts the clean one
+(x₀-prediction, see :class:`EntityDenoiser`).
+
+Features. An entity row (:data:`ecrl.entities.ENTITY_FIELDS`) splits into
+
+- *static* attributes, constant over an episode (``STATIC_DIM`` = 12): ``present, is_agent,
+  is_object``, size (half extents, × 25), shape one-hot, colour RGB;
+- *dynamic* state (``DYNAMIC_DIM`` = 4): position x, y (× 4, so the ±0.3 m table spans ±1.2) and
+  sin/cos of the yaw. Yaw is dynamic because pushing turns objects (cubes rotate on their hinge joint
+  and the contact a pusher makes depends on it). Height is left out (objects slide on a flat table,
+  their z is fixed by their size) and so is velocity (a plan at the control rate already says how
+  things move; finite differences of positions carry it).
+
+The scales are the fixed ones the RL networks use (``policies/nets.py``), so every feature is O(1).
+Goal rows (:data:`ecrl.entities.GOAL_FIELDS`) enter whole, with positions × 4 and sizes × 25.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ecrl.attention import MultiHeadAttention, mlp
+from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
+from ecrl.policy import CheckpointError
+
+__all__ = [
+    "DYNAMIC_DIM",
+    "STATIC_DIM",
+    "DenoiserConfig",
+    "EntityDenoiser",
+    "goal_features",
+    "join_rows",
+    "load_denoiser",
+    "save_denoiser",
+    "split_rows",
+]
+
+POSITION_SCALE = 4.0
+"""Positions (m) × 4: the ±0.3 m table spans ±1.2."""
+SIZE_SCALE = 25.0
+"""Half extents (m) × 25: 1.5–3.5 cm objects become 0.4–0.9."""
+
+_STATIC_FIELDS = ("present", "is_agent", "is_object", "size", "shape", "colour")
+_STATIC_COLUMNS = torch.cat([torch.arange(ENTITY_DIM)[ENTITY_FIELDS[name]] for name in _STATIC_FIELDS])
+_ENTITY_SCALE = torch.ones(ENTITY_DIM)
+_ENTITY_SCALE[ENTITY_FIELDS["size"]] = SIZE_SCALE
+_STATIC_SCALE = _ENTITY_SCALE[_STATIC_COLUMNS]
+_XY = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
+_YAW = ENTITY_FIELDS["yaw"]
+_PRESENT = ENTITY_FIELDS["present"].start
+_GOAL_SCALE = torch.ones(GOAL_DIM)
+_GOAL_SCALE[GOAL_FIELDS["position"]] = POSITION_SCALE
+_GOAL_SCALE[GOAL_FIELDS["size"]] = SIZE_SCALE
+
+STATIC_DIM = len(_STATIC_COLUMNS)
+"""Width of the static features: present, is_agent, is_object, size (3), shape one-hot, colour (3)."""
+DYNAMIC_DIM = 4
+"""Width of the dynamic features: x, y (× 4), sin yaw, cos yaw."""
+
+
+def _check_shapes(**specs: tuple[torch.Tensor, tuple[int | str, ...]]) -> dict[str, int]:
+    """Check tensors against shapes whose letters must agree across tensors; returns the letters' sizes.
+
+    Raises:
+        ValueError: naming the tensor, its expected shape (letters bound so far filled in) and its shape.
+    """
+    sizes: dict[str, int] = {}
+    for name, (tensor, dims) in specs.items():
+        known = {dim: sizes[dim] for dim in dims if isinstance(dim, str) and dim in sizes}
+        ok = tensor.ndim == len(dims)
+        for dim, size in zip(dims, tensor.shape if ok else (), strict=False):
+            ok = ok and size == (sizes.setdefault(dim, size) if isinstance(dim, str) else dim)
+        if not ok:
+            where = f" with {', '.join(f'{k}={v}' for k, v in known.items())}" if known else ""
+            raise ValueError(f"{name}: expected shape ({', '.join(map(str, dims))}){where}, got {tuple(tensor.shape)}")
+    return sizes
+
+
+def _check_bool(**masks: torch.Tensor) -> None:
+    for name, mask in masks.items():
+        if mask.dtype != torch.bool:
+            raise ValueError(f"{name}: expected a bool tensor, got dtype {mask.dtype}")
+
+
+def split_rows(observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split entity rows over a window into normalised static and dynamic features.
+
+    Args:
+        observation: ``(B, T, N, ENTITY_DIM)`` entity rows at ``T`` steps (padded rows all zero).
+
+    Returns:
+        ``static (B, N, STATIC_DIM)`` read at step 0 (constant over an episode) and
+        ``dynamic (B, T, N, DYNAMIC_DIM)``: x, y × 4, sin yaw, cos yaw.
+    """
+    _check_shapes(observation=(observation, ("B", "T", "N", ENTITY_DIM)))
+    scale = _STATIC_SCALE.to(observation.device, observation.dtype)
+    static = observation[:, 0, :, _STATIC_COLUMNS.to(observation.device)] * scale
+    dynamic = torch.cat([observation[..., _XY] * POSITION_SCALE, observation[..., _YAW]], dim=-1)
+    return static, dynamic
+
+
+def join_rows(reference: torch.Tensor, dynamic: torch.Tensor) -> torch.Tensor:
+    """Write (predicted) dynamic features back into entity rows: the inverse of :func:`split_rows`.
+
+    Each step's rows are copies of ``reference`` (static attributes and height) with position x, y
+    and yaw from ``dynamic``; sin/cos yaw are renormalised onto the unit circle and velocity is set
+    to zero (not modelled). Padded rows (``present`` 0 in ``reference``) stay all zero.
+
+    Args:
+        reference: ``(B, N, ENTITY_DIM)`` rows of the same entities, e.g. the current observation.
+        dynamic: ``(B, T, N, DYNAMIC_DIM)`` normalised dynamic features.
+
+    Returns:
+        ``(B, T, N, ENTITY_DIM)`` rows in world units.
+    """
+    _check_shapes(reference=(reference, ("B", "N", ENTITY_DIM)), dynamic=(dynamic, ("B", "T", "N", DYNAMIC_DIM)))
+    rows = reference[:, None].expand(-1, dynamic.shape[1], -1, -1).clone()
+    rows[..., _XY] = dynamic[..., :2] / POSITION_SCALE
+    rows[..., _YAW] = F.normalize(dynamic[..., 2:], dim=-1)
+    rows[..., ENTITY_FIELDS["velocity"]] = 0.0
+    return rows * (reference[:, None, :, _PRESENT : _PRESENT + 1] > 0.5)
+
+
+def goal_features(desired_goal: torch.Tensor) -> torch.Tensor:
+    """Normalised goal rows ``(B, M, GOAL_DIM)``: positions × 4, sizes × 25, the rest as is."""
+    _check_shapes(desired_goal=(desired_goal, ("B", "M", GOAL_DIM)))
+    return desired_goal * _GOAL_SCALE.to(desired_goal.device, desired_goal.dtype)
+
+
+@dataclass
+class DenoiserConfig:
+    """Size of an :class:`EntityDenoiser` and the noise schedule it is trained with.
+
+    Attributes:
+        width: token width.
+        heads: attention heads (``width`` must split evenly into them).
+        blocks: transformer blocks.
+        mlp_ratio: hidden width of the blocks' MLPs, as a multiple of ``width``.
+        horizon: ``H``, actions per plan; a plan has ``H + 1`` states per entity.
+        action_dim: ``A``, width of an action (actions lie in ``[-1, 1]``).
+        diffusion_steps: ``T_train``, noise levels of the DDPM the model is trained on.
+        noise_schedule: ``"cosine"`` (Nichol & Dhariwal) or ``"linear"`` betas.
+    """
+
+    width: int = 64
+    heads: int = 4
+    blocks: int = 3
+    mlp_ratio: int = 2
+    horizon: int = 16
+    action_dim: int = 2
+    diffusion_steps: int = 100
+    noise_schedule: str = "cosine"
+
+    def __post_init__(self) -> None:
+        sizes = (self.width, self.heads, self.blocks, self.mlp_ratio, self.horizon, self.action_dim)
+        if min(sizes) < 1 or self.diffusion_steps < 2:
+            raise ValueError(f"invalid denoiser size {asdict(self)}")
+        if self.width % 2 or self.width % self.heads:
+            raise ValueError(f"width ({self.width}) must be even and divisible by heads ({self.heads})")
+        if self.noise_schedule not in ("cosine", "linear"):
+            raise ValueError(f"noise_schedule must be 'cosine' or 'linear', got {self.noise_schedule!r}")
+
+
+def sinusoid(x: torch.Tensor, width: int, max_period: float = 10_000.0) -> torch.Tensor:
+    """Sinusoidal features ``(…, width)`` of positions ``x (…)``, frequencies geometric from 1 to ``1 / max_period``."""
+    half = width // 2
+    freqs = torch.exp(-math.log(max_period) / half * torch.arange(half, device=x.device, dtype=torch.float32))
+    angles = x[..., None].float() * freqs
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+class AdaLNBlock(nn.Module):
+    """Pre-norm transformer block modulated by a conditioning vector (DiT's adaLN-Zero).
+
+    Each norm's scale and shift, and a gate on each residual branch, come from the conditioning;
+    they start at zero, so a fresh block is the identity.
+    """
+
+    def __init__(self, width: int, heads: int, mlp_ratio: int) -> None:
+        super().__init__()
+        self.norm_attention = nn.LayerNorm(width, elementwise_affine=False)
+        self.attention = MultiHeadAttention(width, heads)
+        self.norm_mlp = nn.LayerNorm(width, elementwise_affine=False)
+        self.mlp = mlp([width, mlp_ratio * width, width])
+        self.modulation = nn.Linear(width, 6 * width)
+        nn.init.zeros_(self.modulation.weight)
+        nn.init.zeros_(self.modulation.bias)
+
+    def forward(self, x: torch.Tensor, condition: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """``x: (B, L, C)``, ``condition: (B, C)``, ``mask: (B, L)`` bool over keys (None: all) → ``(B, L, C)``."""
+        shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = self.modulation(condition)[:, None].chunk(6, dim=-1)
+        h = torch.addcmul(shift_a, self.norm_attention(x), 1 + scale_a)
+        x = torch.addcmul(x, gate_a, self.attention(h, h, mask))
+        h = torch.addcmul(shift_m, self.norm_mlp(x), 1 + scale_m)
+        return torch.addcmul(x, gate_m, self.mlp(h))
+
+
+class EntityDenoiser(nn.Module):
+    """Predict a clean plan (entity states over time and actions) from a noisy one.
+
+    Tokens: one per (step, entity), the embedded dynamic state plus an embedding of the entity's
+    static attributes; one per action; one per goal row. A step embedding (learned, initialised
+    sinusoidal) is shared by every entity token of a step and that step's action token; there is no
+    embedding of the entity index, so the model is permutation-equivariant over entities and runs on
+    any number of them. Each token kind has its own embedding MLP, whose bias acts as the kind's type
+    embedding.
+
+    Design choices:
+
+    - **Goals as tokens in the same sequence**, attended by (and attending to) every other token,
+      rather than cross-attention: a single attention per block costs less per call on a CPU than
+      self- plus cross-attention, and goal tokens get contextualised by the objects (which goal is
+      whose is a matching problem over attributes; both directions help).
+    - **Full attention** over all ``N (H + 1) + H + M`` tokens (≈ 90 for N = 4, H = 16; ≈ 450 at
+      N = 13, H = 32): at these sizes one attention is cheaper than factorised entity/time attention
+      (twice the ops, and small ops are what cost on a CPU) and lets every entity-step see every other.
+    - **x₀-prediction**: few-step DDIM sampling (5–10 steps) works from the model's estimate of the
+      clean plan; predicting x₀ makes that estimate direct (no division by small ``√ᾱ`` at high
+      noise) and lets the sampler clamp actions to ``[-1, 1]``. EC-Diffuser predicts x₀ as well.
+    - **Diffusion time by adaLN-Zero** in every block and before the output heads.
+    - **Current state by inpainting** (the sampler and the loss clamp the step-0 states to the
+      observation); **goal by conditioning** (goal tokens). Inpainting goal positions at the last
+      step would force a plan to reach the goal within ``H`` steps, which a short horizon often cannot;
+      the sampler still accepts any extra inpainted entries (see :func:`ecrl.diffusion.sample`).
+
+    Padded entities (``mask`` False) and invalid steps (``valid`` False) are masked out as attention
+    keys; padded entities' outputs are zero.
+    """
+
+    def __init__(self, config: DenoiserConfig | None = None) -> None:
+        super().__init__()
+        self.config = config = config or DenoiserConfig()
+        w = config.width
+        self.embed_state = mlp([DYNAMIC_DIM, w, w])
+        self.embed_static = mlp([STATIC_DIM, w, w])
+        self.embed_action = mlp([config.action_dim, w, w])
+        self.embed_goal = mlp([GOAL_DIM, w, w])
+        # Learned, from a sinusoidal start: distinct steps from the first update, free to adapt.
+        self.step_embedding = nn.Parameter(sinusoid(torch.arange(config.horizon + 1), w, max_period=100.0))
+        self.embed_time = mlp([w, w, w], activation=nn.SiLU)
+        self.blocks = nn.ModuleList(AdaLNBlock(w, config.heads, config.mlp_ratio) for _ in range(config.blocks))
+        self.norm_out = nn.LayerNorm(w, elementwise_affine=False)
+        self.modulation_out = nn.Linear(w, 2 * w)
+        nn.init.zeros_(self.modulation_out.weight)
+        nn.init.zeros_(self.modulation_out.bias)
+        self.head_state = nn.Linear(w, DYNAMIC_DIM)
+        self.head_action = nn.Linear(w, config.action_dim)
+
+    def forward(
+        self,
+        states: torch.Tensor,
+        actions: torch.Tensor,
+        t: torch.Tensor | int,
+        static: torch.Tensor,
+        goals: torch.Tensor,
+        mask: torch.Tensor,
+        goal_mask: torch.Tensor,
+        valid: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Predict the clean plan.
+
+        Args:
+            states: ``(B, H + 1, N, DYNAMIC_DIM)`` noisy normalised dynamic states.
+            actions: ``(B, H, A)`` noisy actions.
+            t: ``(B,)`` diffusion steps in ``[0, diffusion_steps)``, or one step for the whole batch.
+            static: ``(B, N, STATIC_DIM)`` normalised static attributes (:func:`split_rows`).
+            goals: ``(B, M, GOAL_DIM)`` normalised goal rows (:func:`goal_features`).
+            mask: ``(B, N)`` bool, True for real entities.
+            goal_mask: ``(B, M)`` bool, True for real goals.
+            valid: ``(B, H + 1)`` bool, False for steps past the end of an episode (default: all
+                valid); action ``k`` counts as valid where step ``k + 1`` is.
+
+        Returns:
+            ``states (B, H + 1, N, DYNAMIC_DIM)`` (zero for padded entities) and ``actions (B, H, A)``.
+        """
+        config = self.config
+        steps, horizon = config.horizon + 1, config.horizon
+        specs = {
+            "states": (states, ("B", steps, "N", DYNAMIC_DIM)),
+            "actions": (actions, ("B", horizon, config.action_dim)),
+            "static": (static, ("B", "N", STATIC_DIM)),
+            "goals": (goals, ("B", "M", GOAL_DIM)),
+            "mask": (mask, ("B", "N")),
+            "goal_mask": (goal_mask, ("B", "M")),
+        }
+        if valid is not None:
+            specs["valid"] = (valid, ("B", steps))
+        batch = _check_shapes(**specs)["B"]
+        _check_bool(mask=mask, goal_mask=goal_mask, **({} if valid is None else {"valid": valid}))
+        t = torch.as_tensor(t, device=states.device)
+        if t.ndim == 0:
+            t = t.expand(batch)
+        _check_shapes(t=(t, (batch,)))
+
+        step = self.step_embedding
+        entity_tokens = self.embed_state(states) + self.embed_static(static)[:, None] + step[:, None]
+        x = torch.cat(
+            [
+                rearrange(entity_tokens, "b t n c -> b (t n) c"),
+                self.embed_action(actions) + step[:-1],
+                self.embed_goal(goals),
+            ],
+            dim=1,
+        )
+        entity_keys = mask[:, None].expand(-1, steps, -1) if valid is None else mask[:, None] & valid[..., None]
+        action_keys = mask.new_ones(batch, horizon) if valid is None else valid[:, 1:]
+        keys = torch.cat([rearrange(entity_keys, "b t n -> b (t n)"), action_keys, goal_mask], dim=1)
+        keys = None if bool(keys.all()) else keys  # no mask lets attention take its fastest kernel
+        condition = F.silu(self.embed_time(sinusoid(t, config.width)))
+        for block in self.blocks:
+            x = block(x, condition, keys)
+        shift, scale = self.modulation_out(condition)[:, None].chunk(2, dim=-1)
+        x = torch.addcmul(shift, self.norm_out(x), 1 + scale)
+        n_state = entity_tokens.shape[1] * entity_tokens.shape[2]
+        out_states = rearrange(self.head_state(x[:, :n_state]), "b (t n) d -> b t n d", t=steps)
+        out_actions = self.head_action(x[:, n_state : n_state + horizon])
+        return out_states * mask[:, None, :, None], out_actions
+
+
+FORMAT, VERSION = "ecrl.denoiser", 1
+WEIGHTS, CONFIG = "denoiser.safetensors", "denoiser.json"
+
+
+def save_denoiser(model: EntityDenoiser, path: str | Path) -> Path:
+    """Write ``denoiser.safetensors`` + ``denoiser.json`` (format, version, config) into directory ``path``."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(path / WEIGHTS))
+    config = {"format": FORMAT, "version": VERSION, "config": asdict(model.config)}
+    (path / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    return path
+
+
+def load_denoiser(path: str | Path, device: str | torch.device = "cpu") -> EntityDenoiser:
+    """Load a denoiser saved by :func:`save_denoiser` (no pickle involved).
+
+    Args:
+        path: the checkpoint directory, or one of its two files.
+        device: where the weights go.
+
+    Raises:
+        CheckpointError: (a ``ValueError``) for a missing, corrupt or mismatched checkpoint.
+    """
+    root = Path(path)
+    root = root.parent if root.is_file() else root
+    if not (root / CONFIG).is_file() or not (root / WEIGHTS).is_file():
+        raise CheckpointError(f"{path} is not a denoiser checkpoint: expected a directory with {CONFIG} and {WEIGHTS}")
+    try:
+        meta = json.loads((root / CONFIG).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{root / CONFIG} is not valid JSON: {e}") from e
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{root / CONFIG} is not a denoiser config (format != {FORMAT!r})")
+    if meta.get("version") != VERSION:
+        raise CheckpointError(f"{root / CONFIG}: unsupported version {meta.get('version')!r} (expected {VERSION})")
+    try:
+        model = EntityDenoiser(DenoiserConfig(**meta["config"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{root / CONFIG} does not describe a denoiser: {e!r}") from e
+    try:
+        state = load_file(str(root / WEIGHTS))
+    except Exception as e:  # safetensors raises its own error types for corrupt files
+        raise CheckpointError(f"{root / WEIGHTS} is not a readable safetensors file: {e}") from e
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise CheckpointError(f"{root / WEIGHTS} does not fit the denoiser in {CONFIG}: {e}") from e
+    return model.to(device)
