@@ -97,6 +97,15 @@ class Policy:
         action = self.action_low + (np.clip(action, -1, 1) + 1) * 0.5 * (self.action_high - self.action_low)
         return action[0] if single else action
 
+    def reset(self, *_: Any) -> None:
+        """Start new episodes: a stateful module (a receding-horizon planner) forgets its plan.
+
+        The evaluation runner calls it as ``reset(envs, seeds)``; the arguments are not needed here.
+        """
+        reset = getattr(self.module, "reset", None)
+        if reset is not None:
+            reset()
+
     def _forward(self, obs: dict[str, torch.Tensor], deterministic: bool) -> torch.Tensor:
         if deterministic:
             return self.module(obs)

@@ -37,6 +37,7 @@ from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
+from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
 from ecrl.envs.task import default_horizon
 from ecrl.evaluation import evaluate, log_report
 from ecrl.policies.demos import DemoBCCallback, FreezeActorCallback, collect_demos, dagger, pretrain_actor
@@ -293,15 +294,8 @@ def _training_state(model) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         tensors["log_ent_coef"] = model.log_ent_coef.detach().cpu().clone()
     meta["optimizers"] = {}
     for name, opt in _optimizers(model).items():
-        sd = opt.state_dict()
-        scalars: dict[str, dict[str, Any]] = {}
-        for pid, state in sd["state"].items():
-            for key, value in state.items():
-                if torch.is_tensor(value):
-                    tensors[f"opt.{name}.{pid}.{key}"] = value.detach().cpu().contiguous()
-                else:
-                    scalars.setdefault(str(pid), {})[key] = value
-        meta["optimizers"][name] = {"param_groups": sd["param_groups"], "scalars": scalars, "ids": list(sd["state"])}
+        opt_tensors, meta["optimizers"][name] = optimizer_state(opt, f"opt.{name}")
+        tensors.update(opt_tensors)
     return tensors, meta
 
 
@@ -312,14 +306,7 @@ def _load_training_state(model, tensors: dict[str, torch.Tensor], meta: dict[str
         with torch.no_grad():
             model.log_ent_coef.copy_(tensors["log_ent_coef"])
     for name, opt in _optimizers(model).items():
-        saved = meta["optimizers"][name]
-        state: dict[int, dict[str, Any]] = {}
-        for pid in saved["ids"]:
-            entry = dict(saved["scalars"].get(str(pid), {}))
-            prefix = f"opt.{name}.{pid}."
-            entry.update({k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)})
-            state[int(pid)] = entry
-        opt.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
+        load_optimizer_state(opt, tensors, meta["optimizers"][name], f"opt.{name}")
     model.num_timesteps = int(meta["num_timesteps"])
     model._episode_num = int(meta["episode_num"])
 
@@ -372,13 +359,7 @@ def save_checkpoint(model, config: TrainConfig, run_dir: Path, replay: bool) -> 
         _save_replay(model.replay_buffer, tmp / "replay.npz")
     if config.keep_checkpoints:
         shutil.copytree(tmp, ckpt_root / f"step_{model.num_timesteps}", ignore=shutil.ignore_patterns("replay.npz"))
-    latest, old = ckpt_root / "latest", ckpt_root / ".old"
-    shutil.rmtree(old, ignore_errors=True)
-    if latest.exists():
-        latest.rename(old)
-    tmp.rename(latest)
-    shutil.rmtree(old, ignore_errors=True)
-    return latest
+    return replace_dir(tmp, ckpt_root / "latest")
 
 
 def load_checkpoint(model, ckpt: Path) -> None:

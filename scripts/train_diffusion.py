@@ -1,0 +1,71 @@
+"""`ecrl-train-diffusion`: train an entity-centric diffusion planner on a demonstration dataset.
+
+The dataset comes from `ecrl-collect`. The run directory (see `ecrl.diffusion.train`) holds the
+config, tensorboard logs (`tensorboard --logdir runs`: losses, windows/s, periodic success in the
+env), checkpoints every `--checkpoint-every` steps and the final planner, which `ecrl.load(path)`
+and `ecrl-eval` use like any policy. At the end it is evaluated on more objects than trained
+(`<run>/eval/`, like `ecrl-eval`).
+
+Examples:
+    # expert demonstrations of push with 3 objects, then the planner
+    ecrl-collect --out data/push3 --n-objects 3 --episodes 1000
+    ecrl-train-diffusion --dataset data/push3
+
+    # a longer plan, re-planned every 2 steps with 10 DDIM steps
+    ecrl-train-diffusion --dataset data/push3 --horizon 16 --replan-every 2 --sampling-steps 10
+
+    # continue a killed run from its last checkpoint (or extend a finished one with --steps)
+    ecrl-train-diffusion --resume runs/push3__diffusion__0__20261130-150000
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import sys  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from dataclasses import dataclass, fields  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import tyro  # noqa: E402
+
+from ecrl.datasets import DatasetError  # noqa: E402
+from ecrl.diffusion.train import DiffusionTrainConfig, train  # noqa: E402
+from ecrl.scripts.eval import main as eval_main  # noqa: E402
+
+
+@dataclass
+class TrainDiffusionArgs(DiffusionTrainConfig):
+    """Options of `ecrl-train-diffusion` (a training config plus what to do around it)."""
+
+    resume: Path | None = None
+    """Continue the run in this directory from checkpoints/latest/ (its config.json is used, except a larger --steps)."""
+    final_eval_objects: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
+    """Numbers of objects of the evaluation at the end of training (written to <run>/eval/; empty: skip)."""
+    final_eval_episodes: int = 50
+    """Episodes per number of objects (and split part) of that evaluation."""
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of `ecrl-train-diffusion`."""
+    args = tyro.cli(TrainDiffusionArgs, args=list(sys.argv[1:] if argv is None else argv), description=__doc__)
+    try:
+        config = DiffusionTrainConfig(**{f.name: getattr(args, f.name) for f in fields(DiffusionTrainConfig)})
+        result = train(config, resume=args.resume)
+    except (DatasetError, FileExistsError, FileNotFoundError, ValueError) as e:
+        print(f"ecrl-train-diffusion: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from e
+    print(
+        f"run directory: {result.run_dir}  gradient steps: {result.steps}  wall: {result.wall_s:.0f} s  "
+        f"loss: {result.loss:.4f}  windows/s: {result.windows_per_s:.0f}"
+    )
+    if args.final_eval_objects:
+        objects = [str(n) for n in args.final_eval_objects]
+        eval_main([str(result.run_dir), "--objects", *objects, "--episodes", str(args.final_eval_episodes)])
+
+
+if __name__ == "__main__":
+    main()
