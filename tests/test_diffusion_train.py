@@ -1,0 +1,161 @@
+"""The receding-horizon diffusion planner behind the policy API, and ``ecrl-train-diffusion``."""
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import ecrl
+import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
+from ecrl.datasets import CollectConfig, collect_dataset
+from ecrl.diffusion import DenoiserConfig
+from ecrl.diffusion.planner import DiffusionPlanner
+from ecrl.diffusion.train import DiffusionTrainConfig, planner_policy, train
+from ecrl.scripts.train_diffusion import main
+
+TINY = DenoiserConfig(width=16, heads=2, blocks=1, horizon=4, diffusion_steps=20)
+
+
+def rollout(policy, n_objects: int, steps: int, seed: int = 0) -> np.ndarray:
+    env = gym.make("ecrl/Push-v0", n_objects=n_objects)
+    obs, _ = env.reset(seed=seed)
+    policy.reset()
+    actions = []
+    for _ in range(steps):
+        actions.append(policy.act(obs))
+        obs = env.step(actions[-1])[0]
+    env.close()
+    return np.stack(actions)
+
+
+@pytest.fixture(scope="module")
+def policy():
+    torch.manual_seed(0)
+    planner = DiffusionPlanner(TINY, sampling_steps=3, replan_every=2, seed=5)
+    return planner_policy(planner, {"arch": "diffusion"})
+
+
+def test_planner_save_load_round_trip_gives_identical_actions(policy, tmp_path):
+    policy.save(tmp_path / "planner")
+    loaded = ecrl.load(tmp_path / "planner")
+    assert isinstance(loaded.module, DiffusionPlanner)
+    assert loaded.module.replan_every == 2 and loaded.module.sampling_steps == 3
+    np.testing.assert_array_equal(rollout(policy, 2, 6), rollout(loaded, 2, 6))
+
+
+@pytest.mark.parametrize("n_objects", [1, 3, 8])
+def test_planner_acts_for_any_number_of_objects(policy, n_objects):
+    actions = rollout(policy, n_objects, 3)
+    assert actions.shape == (3, 2)
+    assert np.isfinite(actions).all() and np.abs(actions).max() <= 1.0
+
+
+def test_reset_makes_episodes_repeatable(policy):
+    np.testing.assert_array_equal(rollout(policy, 2, 5, seed=3), rollout(policy, 2, 5, seed=3))
+
+
+def test_planner_replans_every_k_steps(policy, monkeypatch):
+    planner = policy.module
+    calls = []
+    original = planner.plan
+    monkeypatch.setattr(planner, "plan", lambda obs: calls.append(1) or original(obs))
+    rollout(policy, 1, 7)
+    assert len(calls) == 4  # steps 0, 2, 4, 6 with replan_every = 2
+
+
+def test_planner_executes_its_plan_in_order(policy):
+    env = gym.make("ecrl/Push-v0", n_objects=2)
+    obs, _ = env.reset(seed=1)
+    policy.reset()
+    batch = {k: torch.as_tensor(v[None]) for k, v in obs.items()}
+    plan = policy.module.plan(batch)  # the first plan after a reset uses the same noise
+    policy.reset()
+    first, second = policy.module(batch), policy.module(batch)
+    torch.testing.assert_close(first, plan.actions[:, 0])
+    torch.testing.assert_close(second, plan.actions[:, 1])
+
+
+def test_planner_rejects_bad_settings():
+    with pytest.raises(ValueError, match="replan_every"):
+        DiffusionPlanner(TINY, replan_every=TINY.horizon + 1)
+    with pytest.raises(ValueError, match="sampling_steps"):
+        DiffusionPlanner(TINY, sampling_steps=TINY.diffusion_steps + 1)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    path = tmp_path_factory.mktemp("demos") / "push1"
+    collect_dataset(path, CollectConfig(n_objects=(1,), episodes=3, progress=False))
+    return path
+
+
+def tiny_config(dataset, runs, **kwargs) -> DiffusionTrainConfig:
+    settings = {
+        "dataset": dataset,
+        "width": 16,
+        "heads": 2,
+        "blocks": 1,
+        "horizon": 4,
+        "diffusion_steps": 20,
+        "sampling_steps": 2,
+        "steps": 4,
+        "batch_size": 8,
+        "warmup": 2,
+        "checkpoint_every": 2,
+        "log_every": 2,
+        "eval_every": 0,
+        "runs_dir": runs,
+        "name": "tiny",
+        "progress": False,
+        "threads": 1,
+    }
+    return DiffusionTrainConfig(**{**settings, **kwargs})
+
+
+def test_training_writes_the_run_directory_and_resume_continues(dataset, tmp_path):
+    config = tiny_config(dataset, tmp_path)
+    result = train(config)
+    run = tmp_path / "tiny"
+    assert result.steps == 4 and np.isfinite(result.loss)
+    for name in ("config.json", "provenance.json", "sessions.jsonl", "final/policy.json", "tb"):
+        assert (run / name).exists(), name
+    latest = run / "checkpoints" / "latest"
+    assert json.loads((latest / "training.json").read_text())["step"] == 4
+    assert any((run / "tb").glob("events.out.tfevents.*"))
+    policy = ecrl.load(run)
+    assert policy.meta["train_n_objects"] == [1] and policy.meta["goal"] == "positions"
+    assert rollout(policy, 3, 2).shape == (2, 2)
+
+    # A larger budget on resume extends the run from its checkpoint; the rest of the config is the run's own.
+    resumed = train(tiny_config(dataset, tmp_path, steps=6, width=999), resume=run)
+    assert resumed.steps == 6
+    sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
+    assert [s["start_step"] for s in sessions if "start_step" in s] == [0, 4]
+    assert json.loads((latest / "training.json").read_text())["step"] == 6
+    assert ecrl.load(run).module.denoiser.config.width == 16
+
+
+def test_training_refuses_to_overwrite_a_run(dataset, tmp_path):
+    train(tiny_config(dataset, tmp_path, steps=1, checkpoint_every=0))
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(tiny_config(dataset, tmp_path, steps=1))
+
+
+def test_config_errors_name_the_problem(dataset, tmp_path):
+    with pytest.raises(ValueError, match="replan_every"):
+        tiny_config(dataset, tmp_path, replan_every=5)
+    with pytest.raises(ValueError, match="sampling_steps"):
+        tiny_config(dataset, tmp_path, sampling_steps=50)
+
+
+def test_cli_help_and_a_missing_dataset(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    assert "--replan-every" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--dataset", str(tmp_path / "nothing"), "--runs-dir", str(tmp_path), "--final-eval-objects"])
+    assert exit_info.value.code == 2
+    assert "nothing" in capsys.readouterr().err
