@@ -90,7 +90,7 @@ class ScriptedExpert:
         if not todo.any():
             return np.zeros(2, dtype=np.float32)
         self._t += 1
-        if self.env.spec_.goal == "ordered":
+        if self.env.spec_.goal == "ordered" and self.env.filled_in_order < n:
             i, goal = self._ordered(agent, pos, sizes, targets, goal_of)
         else:
             if self._current is None or self._current >= n or not todo[self._current]:
