@@ -4,6 +4,10 @@
   :func:`goal_features`), the :class:`EntityDenoiser` and its checkpoints.
 - :mod:`ecrl.diffusion.schedule`: the DDPM :func:`loss`, the DDIM :func:`sample` with inpainting,
   :class:`EMA` weights.
+- :mod:`ecrl.diffusion.planner`: the flat receding-horizon :class:`~ecrl.diffusion.planner.DiffusionPlanner`.
+- :mod:`ecrl.diffusion.hierarchical`: the :class:`~ecrl.diffusion.hierarchical.HierarchicalPlanner`,
+  sparse subgoals every ``K`` steps over dense ``K``-step segments.
+- :mod:`ecrl.diffusion.train`: ``ecrl-train-diffusion``'s training loop (flat or hierarchical).
 """
 
 from ecrl.diffusion.denoiser import (

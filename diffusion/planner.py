@@ -33,6 +33,9 @@ class DiffusionPlanner(nn.Module):
         replan_every: actions executed from one plan before the next (1: re-plan every step);
             at most the plan's horizon.
         seed: seeds the sampler's noise at every :meth:`reset`.
+        fixed_noise: start every plan from the same noise (drawn at :meth:`reset`), so that the plan
+            is a deterministic function of the observation: similar states give similar plans, and
+            re-planning does not hop between the modes of a multimodal expert (which object next).
     """
 
     def __init__(
@@ -41,6 +44,7 @@ class DiffusionPlanner(nn.Module):
         sampling_steps: int = 5,
         replan_every: int = 1,
         seed: int = 0,
+        fixed_noise: bool = True,
     ) -> None:
         super().__init__()
         config = denoiser if isinstance(denoiser, DenoiserConfig) else DenoiserConfig(**denoiser)
@@ -50,6 +54,7 @@ class DiffusionPlanner(nn.Module):
             raise ValueError(f"sampling_steps must be in [1, {config.diffusion_steps}], got {sampling_steps}")
         self.denoiser = EntityDenoiser(config)
         self.sampling_steps, self.replan_every, self.seed = sampling_steps, replan_every, seed
+        self.fixed_noise = fixed_noise
         self.reset()
 
     @property
@@ -60,6 +65,7 @@ class DiffusionPlanner(nn.Module):
             "sampling_steps": self.sampling_steps,
             "replan_every": self.replan_every,
             "seed": self.seed,
+            "fixed_noise": self.fixed_noise,
         }
 
     def reset(self, *_: Any) -> None:
@@ -71,10 +77,13 @@ class DiffusionPlanner(nn.Module):
     @torch.no_grad()
     def plan(self, obs: Mapping[str, torch.Tensor]):
         """A fresh :class:`~ecrl.diffusion.schedule.Plan` for a batch of observations."""
-        generator = self._generator
         device = next(self.parameters()).device
-        if generator.device != device:
-            generator = torch.Generator(device).manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
+        if self.fixed_noise:
+            generator = torch.Generator(device).manual_seed(self.seed)
+        elif self._generator.device != device:
+            generator = torch.Generator(device).manual_seed(int(torch.randint(2**62, (1,), generator=self._generator)))
+        else:
+            generator = self._generator
         return sample(
             self.denoiser, obs["observation"], obs["desired_goal"], steps=self.sampling_steps, generator=generator
         )

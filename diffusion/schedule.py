@@ -166,6 +166,7 @@ def loss(
     batch: Mapping[str, torch.Tensor],
     generator: torch.Generator | None = None,
     action_weight: float = 1.0,
+    given_last: bool = False,
 ) -> LossTerms:
     """The DDPM loss of an x₀-predicting denoiser on a batch of demonstration windows.
 
@@ -179,6 +180,10 @@ def loss(
         batch: demonstration windows, see :func:`encode_window`.
         generator: draws the noise levels and the noise; it must live on the model's device.
         action_weight: weight of the action term.
+        given_last: the step-``H`` states are given too (a segment between the current state and a
+            subgoal, see :mod:`ecrl.diffusion.hierarchical`): they are set back to their clean values
+            like step 0 and left out of the state term, which then covers steps ``1 … H − 1``. Sample
+            such a model with ``sample(..., known_states=…, known_mask=…, clean_known=True)``.
     """
     device = next(model.parameters()).device
     w = encode_window(batch, model.config).to(device)
@@ -189,13 +194,16 @@ def loss(
         w.states, torch.randn(w.states.shape, device=device, generator=generator, dtype=w.states.dtype), t
     )
     noisy_states[:, 0] = w.states[:, 0]
+    if given_last:
+        noisy_states[:, -1] = w.states[:, -1]
     noisy_actions = schedule.add_noise(
         w.actions, torch.randn(w.actions.shape, device=device, generator=generator, dtype=w.actions.dtype), t
     )
     states, actions = model(noisy_states, noisy_actions, t, w.static, w.goals, w.mask, w.goal_mask, w.valid)
     valid = torch.ones_like(w.states[..., 0, 0], dtype=torch.bool) if w.valid is None else w.valid
-    state_weight = (valid[:, 1:, None] & w.mask[:, None])[..., None].to(states.dtype)
-    state_loss = _masked_mean((states[:, 1:] - w.states[:, 1:]).square(), state_weight)
+    free = slice(1, -1 if given_last else None)  # the steps the model has to fill in
+    state_weight = (valid[:, free, None] & w.mask[:, None])[..., None].to(states.dtype)
+    state_loss = _masked_mean((states[:, free] - w.states[:, free]).square(), state_weight)
     action_loss = _masked_mean((actions - w.actions).square(), valid[:, 1:, None].to(actions.dtype))
     return LossTerms(state_loss + action_weight * action_loss, state_loss.detach(), action_loss.detach())
 
@@ -226,14 +234,16 @@ def sample(
     generator: torch.Generator | None = None,
     known_states: torch.Tensor | None = None,
     known_mask: torch.Tensor | None = None,
+    clean_known: bool = False,
 ) -> Plan:
     """Sample plans with DDIM from the current observation and the goal.
 
     At every denoising step the current state (step 0, every entity) is set to the observation, as in
     training; entries given by ``known_states``/``known_mask`` (e.g. goal positions at the last step,
     matched to their objects by the caller) are set to their forward-noised value at that step's
-    noise level (with one fixed noise draw, so ``eta = 0`` stays deterministic), and padded entities
-    to zero. All of them hold exactly in the returned plan. Predicted actions are clamped to ``[-1, 1]``.
+    noise level (with one fixed noise draw, so ``eta = 0`` stays deterministic; with ``clean_known``,
+    to their clean values), and padded entities to zero. All of them hold exactly in the returned
+    plan. Predicted actions are clamped to ``[-1, 1]``.
 
     Args:
         model: the denoiser (put it in eval mode; the EMA copy is usually the one to sample from).
@@ -244,6 +254,8 @@ def sample(
         generator: draws the initial noise (and the extra noise when ``eta > 0``).
         known_states: ``(B, H + 1, N, DYNAMIC_DIM)`` normalised values of extra inpainted entries.
         known_mask: bool, broadcastable to ``known_states``: which entries of it are given.
+        clean_known: set the given entries to their clean values at every step, as step 0 is, rather
+            than forward-noised ones: for a model trained with them clean (``loss(..., given_last=True)``).
 
     Returns:
         The :class:`Plan`.
@@ -281,7 +293,7 @@ def sample(
     def inpaint(x: torch.Tensor, t: int | None) -> torch.Tensor:
         """Set the given entries of ``x`` to their value at noise level ``t`` (None: clean)."""
         if known_states is not None:
-            level = None if t is None else torch.full((batch,), t, device=device)
+            level = None if t is None or clean_known else torch.full((batch,), t, device=device)
             x = torch.where(given, clean if level is None else schedule.add_noise(clean, known_noise, level), x)
         x[:, 0] = state0[:, 0]
         return x.masked_fill(padded, 0.0)

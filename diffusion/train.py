@@ -1,9 +1,18 @@
 """Training a diffusion planner on a demonstration dataset (``ecrl-train-diffusion``).
 
-A run directory ``runs/<dataset>__diffusion__<seed>__<time>/`` holds ``config.json``,
+Two planners: ``flat`` (:class:`~ecrl.diffusion.planner.DiffusionPlanner`, one denoiser over
+``horizon``-step windows) and ``hierarchical`` (:class:`~ecrl.diffusion.hierarchical.HierarchicalPlanner`:
+a subgoal denoiser over ``subgoal_horizon`` states ``subgoal_every`` steps apart and a segment
+denoiser over ``subgoal_every``-step windows whose last state is given). The hierarchical run trains
+both in one loop: every gradient step draws one batch for each level, sums the two losses, clips
+each denoiser's gradients on its own and steps one AdamW over both (AdamW is per parameter, so this
+is two optimizers in one); each denoiser has its own EMA.
+
+A run directory ``runs/<dataset>__<diffusion|hdiffusion>__<seed>__<time>/`` holds ``config.json``,
 ``provenance.json``, ``tb/`` (tensorboard: ``train/loss``, ``train/state_loss``,
-``train/action_loss``, ``train/lr``, ``time/windows_per_s``, and ``eval/<part>/n<N>/…`` from the
-periodic evaluation), ``checkpoints/latest/`` (the EMA planner as an ``ecrl.load``-able policy, plus
+``train/action_loss`` — per level ``train/high/…`` and ``train/low/…`` for the hierarchical
+planner —, ``train/lr``, ``time/windows_per_s``, and ``eval/<part>/n<N>/…`` from the periodic
+evaluation), ``checkpoints/latest/`` (the EMA planner as an ``ecrl.load``-able policy, plus
 ``training.safetensors`` + ``training.json``: weights, EMA weights, optimizer, step counter and
 the window sampler's state), ``final/`` (the EMA planner) and ``sessions.jsonl`` (one line per
 start or resume). ``--resume RUN`` continues a killed run from its last checkpoint.
@@ -17,7 +26,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -27,9 +36,10 @@ from tqdm.auto import tqdm
 
 from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
 from ecrl.datasets import DemoDataset, read_meta
-from ecrl.diffusion.denoiser import DenoiserConfig
+from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser
+from ecrl.diffusion.hierarchical import HierarchicalPlanner, segment_windows, subgoal_windows
 from ecrl.diffusion.planner import DiffusionPlanner
-from ecrl.diffusion.schedule import EMA, loss
+from ecrl.diffusion.schedule import EMA, LossTerms, loss
 from ecrl.evaluation import evaluate, log_tensorboard
 from ecrl.policy import Policy
 from ecrl.reporting import provenance
@@ -43,6 +53,8 @@ class DiffusionTrainConfig:
 
     dataset: Path = Path("data/push3")
     """Demonstration dataset written by ``ecrl-collect``."""
+    planner: Literal["flat", "hierarchical"] = "flat"
+    """flat: one denoiser over horizon-step plans; hierarchical: subgoals every subgoal_every steps over dense segments."""
     width: int = 64
     """Token width of the denoiser."""
     heads: int = 4
@@ -52,13 +64,23 @@ class DiffusionTrainConfig:
     mlp_ratio: int = 2
     """Hidden width of the blocks' MLPs as a multiple of ``width``."""
     horizon: int = 8
-    """Plan length in env steps (actions per plan)."""
+    """Plan length in env steps (actions per plan) of the flat planner (the hierarchical one's segments are subgoal_every long)."""
     diffusion_steps: int = 100
     """Noise levels of the DDPM forward process."""
     sampling_steps: int = 5
-    """DDIM steps (denoiser calls) per plan when acting."""
+    """DDIM steps (denoiser calls) per plan when acting (hierarchical: per segment)."""
     replan_every: int = 1
-    """Actions executed from a plan before re-planning."""
+    """Actions executed from a plan (hierarchical: a segment) before re-planning."""
+    subgoal_every: int = 8
+    """Hierarchical: K, env steps between subgoals (the length of a segment)."""
+    subgoal_horizon: int = 8
+    """Hierarchical: Hh, subgoals per high-level plan (which spans K·Hh env steps)."""
+    subgoal_sampling_steps: int = 5
+    """Hierarchical: DDIM steps per high-level plan."""
+    subgoal_replan_every: int | None = None
+    """Hierarchical: env steps between high-level plans (default: subgoal_every)."""
+    subgoal_action_weight: float = 1.0
+    """Hierarchical: weight of the high level's action term (mean action over each stride; an auxiliary target)."""
     steps: int = 20_000
     """Budget: gradient steps."""
     batch_size: int = 64
@@ -103,8 +125,12 @@ class DiffusionTrainConfig:
         for name in ("steps", "batch_size", "horizon", "sampling_steps", "replan_every", "eval_episodes"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.replan_every > self.horizon:
+        if self.planner not in ("flat", "hierarchical"):
+            problems.append(f"planner must be 'flat' or 'hierarchical', got {self.planner!r}")
+        elif self.planner == "flat" and self.replan_every > self.horizon:
             problems.append(f"replan_every ({self.replan_every}) must not exceed horizon ({self.horizon})")
+        elif self.planner == "hierarchical":
+            problems += self._hierarchical_problems()
         if self.sampling_steps > self.diffusion_steps:
             problems.append(f"sampling_steps ({self.sampling_steps}) exceeds diffusion_steps ({self.diffusion_steps})")
         if not 0 < self.ema_decay < 1:
@@ -114,15 +140,62 @@ class DiffusionTrainConfig:
         if problems:
             raise ValueError("invalid diffusion training config: " + "; ".join(problems))
 
-    @property
-    def denoiser(self) -> DenoiserConfig:
+    def _hierarchical_problems(self) -> list[str]:
+        k, hh = self.subgoal_every, self.subgoal_horizon
+        problems = [
+            f"{name} must be >= {low}, got {getattr(self, name)}"
+            for name, low in (("subgoal_every", 1), ("subgoal_horizon", 2), ("subgoal_sampling_steps", 1))
+            if getattr(self, name) < low
+        ]
+        if self.replan_every > k:
+            problems.append(f"replan_every ({self.replan_every}) must not exceed subgoal_every ({k})")
+        if self.subgoal_sampling_steps > self.diffusion_steps:
+            problems.append(
+                f"subgoal_sampling_steps ({self.subgoal_sampling_steps}) exceeds diffusion_steps ({self.diffusion_steps})"
+            )
+        every = self.subgoal_replan_every
+        if every is not None and not 1 <= every <= k * (hh - 1) + 1:
+            problems.append(f"subgoal_replan_every must be in [1, K·(Hh − 1) + 1 = {k * (hh - 1) + 1}], got {every}")
+        if self.subgoal_action_weight < 0:
+            problems.append(f"subgoal_action_weight must be >= 0, got {self.subgoal_action_weight}")
+        return problems
+
+    def _denoiser(self, horizon: int) -> DenoiserConfig:
         return DenoiserConfig(
             width=self.width,
             heads=self.heads,
             blocks=self.blocks,
             mlp_ratio=self.mlp_ratio,
-            horizon=self.horizon,
+            horizon=horizon,
             diffusion_steps=self.diffusion_steps,
+        )
+
+    @property
+    def denoiser(self) -> DenoiserConfig:
+        """The flat planner's denoiser."""
+        return self._denoiser(self.horizon)
+
+    @property
+    def subgoal_denoiser(self) -> DenoiserConfig:
+        """The hierarchical planner's high level: ``subgoal_horizon`` jumps."""
+        return self._denoiser(self.subgoal_horizon)
+
+    @property
+    def segment_denoiser(self) -> DenoiserConfig:
+        """The hierarchical planner's low level: ``subgoal_every`` steps, the last one given."""
+        return self._denoiser(self.subgoal_every)
+
+    def make_planner(self) -> DiffusionPlanner | HierarchicalPlanner:
+        """A fresh (untrained) planner of this run's kind and size."""
+        if self.planner == "flat":
+            return DiffusionPlanner(self.denoiser, self.sampling_steps, self.replan_every)
+        return HierarchicalPlanner(
+            self.subgoal_denoiser,
+            self.segment_denoiser,
+            high_sampling_steps=self.subgoal_sampling_steps,
+            low_sampling_steps=self.sampling_steps,
+            replan_every=self.replan_every,
+            high_replan_every=self.subgoal_replan_every,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -161,10 +234,21 @@ def _dataset_task(path: Path) -> dict[str, Any]:
     return {"goal": config["goal"], "split": config["split"], "n_objects": list(config["n_objects"])}
 
 
-def planner_policy(planner: DiffusionPlanner, meta: dict[str, Any]) -> Policy:
+def planner_policy(planner: DiffusionPlanner | HierarchicalPlanner, meta: dict[str, Any]) -> Policy:
     """``planner`` behind :class:`~ecrl.policy.Policy` (actions are already in ``[-1, 1]``)."""
-    ones = np.ones(planner.denoiser.config.action_dim, dtype=np.float32)
-    return Policy(planner, -ones, ones, meta, "ecrl.diffusion.planner:DiffusionPlanner", planner.kwargs)
+    if isinstance(planner, HierarchicalPlanner):
+        builder, action_dim = "ecrl.diffusion.hierarchical:HierarchicalPlanner", planner.action_dim
+    else:
+        builder, action_dim = "ecrl.diffusion.planner:DiffusionPlanner", planner.denoiser.config.action_dim
+    ones = np.ones(action_dim, dtype=np.float32)
+    return Policy(planner, -ones, ones, meta, builder, planner.kwargs)
+
+
+def _denoisers(planner: DiffusionPlanner | HierarchicalPlanner) -> dict[str, EntityDenoiser]:
+    """A planner's denoisers by checkpoint name: ``{"": …}`` (flat) or ``{"high": …, "low": …}``."""
+    if isinstance(planner, HierarchicalPlanner):
+        return {"high": planner.high, "low": planner.low}
+    return {"": planner.denoiser}
 
 
 def _lr_factor(step: int, config: DiffusionTrainConfig) -> float:
@@ -175,29 +259,53 @@ def _lr_factor(step: int, config: DiffusionTrainConfig) -> float:
 
 
 def _run_dir(config: DiffusionTrainConfig) -> Path:
-    name = config.name or f"{config.dataset.name}__diffusion__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+    algo = "diffusion" if config.planner == "flat" else "hdiffusion"
+    name = config.name or f"{config.dataset.name}__{algo}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
     return config.runs_dir / name
 
 
 class _Trainer:
-    """The state of a run: planner (whose denoiser is trained), EMA copy, optimizer, step, sampler."""
+    """The state of a run: planner (whose denoisers are trained), their EMA copies, optimizer, step, samplers."""
 
     def __init__(self, config: DiffusionTrainConfig, device: torch.device) -> None:
         torch.manual_seed(config.seed)
         self.config, self.device = config, device
-        self.planner = DiffusionPlanner(config.denoiser, config.sampling_steps, config.replan_every, config.seed)
-        self.planner.to(device)
-        self.model = self.planner.denoiser
-        self.ema = EMA(self.model, config.ema_decay)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.planner = config.make_planner().to(device)
+        self.models = _denoisers(self.planner)
+        self.emas = {name: EMA(model, config.ema_decay) for name, model in self.models.items()}
+        parameters = [p for model in self.models.values() for p in model.parameters()]
+        self.optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
         self.step = 0
         self.rng = np.random.default_rng(config.seed)
         self.generator = torch.Generator(device).manual_seed(config.seed)
 
-    def ema_planner(self) -> DiffusionPlanner:
-        planner = DiffusionPlanner(self.config.denoiser, self.config.sampling_steps, self.config.replan_every)
-        planner.denoiser.load_state_dict(self.ema.model.state_dict())
+    def ema_planner(self) -> DiffusionPlanner | HierarchicalPlanner:
+        planner = self.config.make_planner()
+        for name, model in _denoisers(planner).items():
+            model.load_state_dict(self.emas[name].model.state_dict())
         return planner.to(self.device).eval()
+
+    def losses(self, dataset: DemoDataset) -> dict[str, LossTerms]:
+        """One batch's loss terms per denoiser (``""`` flat; ``"high"`` and ``"low"`` hierarchical)."""
+        config, rng = self.config, self.rng
+
+        def tensors(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+            return {k: torch.as_tensor(np.ascontiguousarray(v), device=self.device) for k, v in batch.items()}
+
+        if config.planner == "flat":
+            batch = tensors(dataset.sample_windows(config.batch_size, config.horizon, rng))
+            return {"": loss(self.models[""], batch, self.generator, config.action_weight)}
+        k, hh = config.subgoal_every, config.subgoal_horizon
+        high = subgoal_windows(dataset.sample_windows(config.batch_size, k * hh, rng), k, dataset.success)
+        low = segment_windows(dataset.sample_windows(config.batch_size, k, rng), dataset.success)
+        return {
+            "high": loss(self.models["high"], tensors(high), self.generator, config.subgoal_action_weight),
+            "low": loss(self.models["low"], tensors(low), self.generator, config.action_weight, given_last=True),
+        }
+
+    @staticmethod
+    def _prefix(kind: str, name: str) -> str:
+        return f"{kind}.{name}." if name else f"{kind}."
 
     def save(self, run_dir: Path, meta: dict[str, Any]) -> Path:
         root = run_dir / "checkpoints"
@@ -205,8 +313,11 @@ class _Trainer:
         tmp = root / f".tmp_{self.step}"
         shutil.rmtree(tmp, ignore_errors=True)
         planner_policy(self.ema_planner(), meta).save(tmp)
-        tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}
-        tensors |= {f"ema.{k}": v.detach().cpu().contiguous() for k, v in self.ema.state_dict().items()}
+        tensors: dict[str, torch.Tensor] = {}
+        for name, model in self.models.items():
+            for kind, state in (("model", model.state_dict()), ("ema", self.emas[name].state_dict())):
+                prefix = self._prefix(kind, name)
+                tensors |= {prefix + k: v.detach().cpu().contiguous() for k, v in state.items()}
         opt_tensors, opt_meta = optimizer_state(self.optimizer, "opt")
         tensors |= opt_tensors
         tensors["generator"] = self.generator.get_state()
@@ -220,8 +331,10 @@ class _Trainer:
             raise FileNotFoundError(f"{ckpt} has no training state (training.json); cannot resume from it")
         state = json.loads((ckpt / "training.json").read_text())
         tensors = load_file(str(ckpt / "training.safetensors"))
-        self.model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-        self.ema.load_state_dict({k[4:]: v for k, v in tensors.items() if k.startswith("ema.")})
+        for name, model in self.models.items():
+            for kind, target in (("model", model), ("ema", self.emas[name])):
+                prefix = self._prefix(kind, name)
+                target.load_state_dict({k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)})
         load_optimizer_state(self.optimizer, tensors, state["optimizer"], "opt")
         self.generator.set_state(tensors["generator"])
         self.rng.bit_generator.state = state["rng"]
@@ -244,6 +357,17 @@ def _evaluate(trainer: _Trainer, task: dict[str, Any], writer: SummaryWriter) ->
     )
     log_tensorboard(report, writer, trainer.step)
     return {f"{r.part}/n{r.n_objects}": float(np.mean(r.success)) for r in report.results}
+
+
+def _scalars(terms: dict[str, LossTerms]) -> dict[str, float]:
+    """Tensorboard scalars of one step's losses: ``train/loss`` (the sum), and each part per level."""
+    scalars = {"train/loss": sum(t.total.item() for t in terms.values())}
+    for name, t in terms.items():
+        level = f"train/{name}/" if name else "train/"
+        if name:
+            scalars[level + "loss"] = t.total.item()
+        scalars |= {level + "state_loss": t.states.item(), level + "action_loss": t.actions.item()}
+    return scalars
 
 
 def train(config: DiffusionTrainConfig, resume: Path | None = None) -> DiffusionTrainResult:
@@ -283,55 +407,62 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
     with (run_dir / "sessions.jsonl").open("a") as f:
         f.write(json.dumps({"start_step": trainer.step, "time": time.time(), "resumed": resume is not None}) + "\n")
     meta = {
-        "arch": "diffusion",
+        "arch": "diffusion" if config.planner == "flat" else "hierarchical_diffusion",
         "dataset": str(config.dataset),
         "demonstrations": len(dataset),
         "train_n_objects": task["n_objects"],
         "goal": task["goal"],
         "split": task["split"],
-        "horizon": config.horizon,
         "sampling_steps": config.sampling_steps,
         "replan_every": config.replan_every,
     }
+    if config.planner == "flat":
+        meta["horizon"] = config.horizon
+    else:
+        meta |= {
+            "subgoal_every": config.subgoal_every,
+            "subgoal_horizon": config.subgoal_horizon,
+            "subgoal_sampling_steps": config.subgoal_sampling_steps,
+            "subgoal_replan_every": config.subgoal_replan_every or config.subgoal_every,
+        }
     writer = SummaryWriter(str(run_dir / "tb"))
     result = DiffusionTrainResult(run_dir=run_dir, steps=trainer.step, wall_s=0.0)
     start, window_start, window_steps = time.perf_counter(), time.perf_counter(), 0
-    losses: list[tuple[float, float, float]] = []
+    losses: list[dict[str, float]] = []
     bar = tqdm(total=config.steps, initial=trainer.step, desc="diffusion", unit="step", disable=not config.progress)
-    trainer.model.train()
+    for model in trainer.models.values():
+        model.train()
     while trainer.step < config.steps:
         for group in trainer.optimizer.param_groups:
             group["lr"] = config.lr * _lr_factor(trainer.step, config)
-        batch = dataset.sample_windows(config.batch_size, config.horizon, trainer.rng)
-        batch = {k: torch.as_tensor(v, device=device) for k, v in batch.items()}
-        terms = loss(trainer.model, batch, trainer.generator, config.action_weight)
+        terms = trainer.losses(dataset)
         trainer.optimizer.zero_grad(set_to_none=True)
-        terms.total.backward()
-        torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), 1.0)
+        sum(t.total for t in terms.values()).backward()
+        for model in trainer.models.values():
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         trainer.optimizer.step()
-        trainer.ema.update(trainer.model)
+        for name, model in trainer.models.items():
+            trainer.emas[name].update(model)
         trainer.step += 1
         window_steps += 1
-        losses.append((terms.total.item(), terms.states.item(), terms.actions.item()))
+        losses.append(_scalars(terms))
         bar.update(1)
         if trainer.step % config.log_every == 0 or trainer.step == config.steps:
-            total, states, actions = np.mean(losses, axis=0)
-            rate = window_steps * config.batch_size / (time.perf_counter() - window_start)
-            for key, value in (
-                ("train/loss", total),
-                ("train/state_loss", states),
-                ("train/action_loss", actions),
-                ("train/lr", trainer.optimizer.param_groups[0]["lr"]),
-                ("time/windows_per_s", rate),
-            ):
+            means = {key: float(np.mean([x[key] for x in losses])) for key in losses[0]}
+            rate = window_steps * config.batch_size * len(terms) / (time.perf_counter() - window_start)
+            for key, value in means.items():
                 writer.add_scalar(key, value, trainer.step)
-            bar.set_postfix(loss=f"{total:.4f}", action=f"{actions:.4f}")
-            result.loss, result.windows_per_s = float(total), float(rate)
+            writer.add_scalar("train/lr", trainer.optimizer.param_groups[0]["lr"], trainer.step)
+            writer.add_scalar("time/windows_per_s", rate, trainer.step)
+            shown = [k for k in means if k.endswith("/loss") or k == "train/action_loss"]
+            bar.set_postfix({k.removeprefix("train/"): f"{means[k]:.4f}" for k in shown})
+            result.loss, result.windows_per_s = means["train/loss"], float(rate)
             losses, window_start, window_steps = [], time.perf_counter(), 0
         if config.eval_every and (trainer.step % config.eval_every == 0 or trainer.step == config.steps):
             result.eval = _evaluate(trainer, task, writer)
             bar.write(f"step {trainer.step}: success " + ", ".join(f"{k} {v:.2f}" for k, v in result.eval.items()))
-            trainer.model.train()
+            for model in trainer.models.values():
+                model.train()
             window_start, window_steps = time.perf_counter(), 0
         if config.checkpoint_every and trainer.step % config.checkpoint_every == 0:
             trainer.save(run_dir, dict(meta, steps=trainer.step))

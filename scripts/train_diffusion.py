@@ -14,6 +14,11 @@ Examples:
     # a longer plan, re-planned every 2 steps with 10 DDIM steps
     ecrl-train-diffusion --dataset data/push3 --horizon 16 --replan-every 2 --sampling-steps 10
 
+    # hierarchical: subgoals every 8 steps, 8 of them per high-level plan (64 env steps ahead),
+    # a dense 8-step segment to the next subgoal re-planned every step
+    ecrl-collect --out data/push4-sort --n-objects 4 --goal sort --episodes 1000
+    ecrl-train-diffusion --dataset data/push4-sort --planner hierarchical --subgoal-every 8 --subgoal-horizon 8
+
     # continue a killed run from its last checkpoint (or extend a finished one with --steps)
     ecrl-train-diffusion --resume runs/push3__diffusion__0__20261130-150000
 """
