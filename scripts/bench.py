@@ -5,6 +5,8 @@ Subcommands:
               same model, FetchPush-v4 for comparison, reset time, render fps (see `ecrl.scripts.bench_envs`)
     policies  SAC+HER gradient updates/s of SB3's MLP vs the EIT vs DeepSets, batch-1 actor latency at
               N=12 (see `ecrl.scripts.bench_policies`)
+    diffusion planning latency per env step at N=3 and N=12 (horizon, sampling steps, replan interval),
+              one denoiser call, training windows/s (see `ecrl.scripts.bench_diffusion`)
 
 Examples:
     # the full environment benchmark (about a minute on 2 cores) -> results/bench_envs/
@@ -22,9 +24,16 @@ Examples:
     # a smaller EIT, on one thread, failing (exit 1) when a target is missed
     ecrl-bench policies --width 32 --heads 1 --threads 1 --strict
 
+    # diffusion planner latency per env step at N=3 and 12, and training windows/s -> results/bench_diffusion/
+    ecrl-bench diffusion --threads 1
+
+    # a trained planner, training windows from a real dataset
+    ecrl-bench diffusion --checkpoint runs/<run>/final --dataset data/push3
+
     # every option
     ecrl-bench envs --help
     ecrl-bench policies --help
+    ecrl-bench diffusion --help
 """
 
 from __future__ import annotations
@@ -41,12 +50,13 @@ from typing import Any  # noqa: E402
 
 import tyro  # noqa: E402
 
-from ecrl.scripts import bench_envs, bench_policies  # noqa: E402
+from ecrl.scripts import bench_diffusion, bench_envs, bench_policies  # noqa: E402
 
-# name -> (typed arguments, run(args, command)); `diffusion` joins here.
+# name -> (typed arguments, run(args, command)).
 BENCHMARKS: dict[str, tuple[type, Callable[[Any, str], dict[str, Any]]]] = {
     "envs": (bench_envs.EnvsArgs, bench_envs.run),
     "policies": (bench_policies.PoliciesArgs, bench_policies.run),
+    "diffusion": (bench_diffusion.DiffusionArgs, bench_diffusion.run),
 }
 
 
