@@ -31,7 +31,7 @@ from einops import rearrange
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from ecrl.attention import MultiHeadAttention, mlp
+from ecrl.attention import AttentionBlock, MultiHeadAttention, mlp
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
 from ecrl.policy import CheckpointError
 
@@ -152,6 +152,9 @@ class DenoiserConfig:
         action_dim: ``A``, width of an action (actions lie in ``[-1, 1]``).
         diffusion_steps: ``T_train``, noise levels of the DDPM the model is trained on.
         noise_schedule: ``"cosine"`` (Nichol & Dhariwal) or ``"linear"`` betas.
+        entity_goals: before the main blocks, each entity (its attributes and current state)
+            cross-attends to the goal tokens, and the result joins all of its tokens: the entity's
+            own target is then part of every one of its step tokens (see :class:`EntityDenoiser`).
     """
 
     width: int = 64
@@ -162,6 +165,7 @@ class DenoiserConfig:
     action_dim: int = 2
     diffusion_steps: int = 100
     noise_schedule: str = "cosine"
+    entity_goals: bool = True
 
     def __post_init__(self) -> None:
         sizes = (self.width, self.heads, self.blocks, self.mlp_ratio, self.horizon, self.action_dim)
@@ -235,6 +239,13 @@ class EntityDenoiser(nn.Module):
       step would force a plan to reach the goal within ``H`` steps, which a short horizon often cannot;
       the sampler still accepts any extra inpainted entries (see :func:`ecrl.diffusion.sample`).
 
+    - **Each entity reads its goal first** (``entity_goals``): an entity token made of its static
+      attributes and its current (step-0, always clean) state cross-attends to the goal tokens once,
+      and the result replaces the plain attribute embedding in all of that entity's step tokens.
+      Without it the goal reaches an entity's future states only through the shared self-attention,
+      and on a CPU budget (~10k updates) a model learnt to push objects but hardly to push them
+      towards their goals (its plans barely changed when the goal moved by 20 cm).
+
     Padded entities (``mask`` False) and invalid steps (``valid`` False) are masked out as attention
     keys; padded entities' outputs are zero.
     """
@@ -247,6 +258,9 @@ class EntityDenoiser(nn.Module):
         self.embed_static = mlp([STATIC_DIM, w, w])
         self.embed_action = mlp([config.action_dim, w, w])
         self.embed_goal = mlp([GOAL_DIM, w, w])
+        self.entity_goals = AttentionBlock(w, config.heads, config.mlp_ratio) if config.entity_goals else None
+        # Stands in for every goal row when the goal is dropped (classifier-free guidance).
+        self.null_goal = nn.Parameter(torch.zeros(w))
         # Learned, from a sinusoidal start: distinct steps from the first update, free to adapt.
         self.step_embedding = nn.Parameter(sinusoid(torch.arange(config.horizon + 1), w, max_period=100.0))
         self.embed_time = mlp([w, w, w], activation=nn.SiLU)
@@ -268,6 +282,7 @@ class EntityDenoiser(nn.Module):
         mask: torch.Tensor,
         goal_mask: torch.Tensor,
         valid: torch.Tensor | None = None,
+        drop_goal: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Predict the clean plan.
 
@@ -281,6 +296,8 @@ class EntityDenoiser(nn.Module):
             goal_mask: ``(B, M)`` bool, True for real goals.
             valid: ``(B, H + 1)`` bool, False for steps past the end of an episode (default: all
                 valid); action ``k`` counts as valid where step ``k + 1`` is.
+            drop_goal: ``(B,)`` bool, True where the model is to plan without the goal: its goal
+                tokens are replaced by one learned null token (for classifier-free guidance).
 
         Returns:
             ``states (B, H + 1, N, DYNAMIC_DIM)`` (zero for padded entities) and ``actions (B, H, A)``.
@@ -305,12 +322,24 @@ class EntityDenoiser(nn.Module):
         _check_shapes(t=(t, (batch,)))
 
         step = self.step_embedding
-        entity_tokens = self.embed_state(states) + self.embed_static(static)[:, None] + step[:, None]
+        state_embedding, goal_tokens = self.embed_state(states), self.embed_goal(goals)
+        if drop_goal is not None:
+            _check_shapes(drop_goal=(drop_goal, (batch,)))
+            _check_bool(drop_goal=drop_goal)
+            dropped = drop_goal[:, None]
+            goal_tokens = torch.where(dropped[..., None], self.null_goal.to(goal_tokens.dtype), goal_tokens)
+            first = torch.zeros_like(goal_mask)
+            first[:, 0] = True
+            goal_mask = torch.where(dropped, first, goal_mask)
+        entity = self.embed_static(static)
+        if self.entity_goals is not None:  # each entity, as it is now, reads the goals
+            entity = self.entity_goals(entity + state_embedding[:, 0], goal_tokens, goal_mask)
+        entity_tokens = state_embedding + entity[:, None] + step[:, None]
         x = torch.cat(
             [
                 rearrange(entity_tokens, "b t n c -> b (t n) c"),
                 self.embed_action(actions) + step[:-1],
-                self.embed_goal(goals),
+                goal_tokens,
             ],
             dim=1,
         )

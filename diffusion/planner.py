@@ -36,6 +36,7 @@ class DiffusionPlanner(nn.Module):
         fixed_noise: start every plan from the same noise (drawn at :meth:`reset`), so that the plan
             is a deterministic function of the observation: similar states give similar plans, and
             re-planning does not hop between the modes of a multimodal expert (which object next).
+        guidance: classifier-free guidance weight on the goal (1: none; see :func:`~ecrl.diffusion.sample`).
     """
 
     def __init__(
@@ -45,6 +46,7 @@ class DiffusionPlanner(nn.Module):
         replan_every: int = 1,
         seed: int = 0,
         fixed_noise: bool = True,
+        guidance: float = 1.0,
     ) -> None:
         super().__init__()
         config = denoiser if isinstance(denoiser, DenoiserConfig) else DenoiserConfig(**denoiser)
@@ -54,7 +56,7 @@ class DiffusionPlanner(nn.Module):
             raise ValueError(f"sampling_steps must be in [1, {config.diffusion_steps}], got {sampling_steps}")
         self.denoiser = EntityDenoiser(config)
         self.sampling_steps, self.replan_every, self.seed = sampling_steps, replan_every, seed
-        self.fixed_noise = fixed_noise
+        self.fixed_noise, self.guidance = fixed_noise, guidance
         self.reset()
 
     @property
@@ -66,6 +68,7 @@ class DiffusionPlanner(nn.Module):
             "replan_every": self.replan_every,
             "seed": self.seed,
             "fixed_noise": self.fixed_noise,
+            "guidance": self.guidance,
         }
 
     def reset(self, *_: Any) -> None:
@@ -85,7 +88,12 @@ class DiffusionPlanner(nn.Module):
         else:
             generator = self._generator
         return sample(
-            self.denoiser, obs["observation"], obs["desired_goal"], steps=self.sampling_steps, generator=generator
+            self.denoiser,
+            obs["observation"],
+            obs["desired_goal"],
+            steps=self.sampling_steps,
+            generator=generator,
+            guidance=self.guidance,
         )
 
     @torch.no_grad()

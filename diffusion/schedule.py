@@ -167,6 +167,7 @@ def loss(
     generator: torch.Generator | None = None,
     action_weight: float = 1.0,
     given_last: bool = False,
+    goal_dropout: float = 0.0,
 ) -> LossTerms:
     """The DDPM loss of an x₀-predicting denoiser on a batch of demonstration windows.
 
@@ -180,6 +181,8 @@ def loss(
         batch: demonstration windows, see :func:`encode_window`.
         generator: draws the noise levels and the noise; it must live on the model's device.
         action_weight: weight of the action term.
+        goal_dropout: fraction of windows trained without their goal (the null goal token), which
+            lets :func:`sample` guide plans towards the goal (classifier-free guidance).
         given_last: the step-``H`` states are given too (a segment between the current state and a
             subgoal, see :mod:`ecrl.diffusion.hierarchical`): they are set back to their clean values
             like step 0 and left out of the state term, which then covers steps ``1 … H − 1``. Sample
@@ -199,7 +202,10 @@ def loss(
     noisy_actions = schedule.add_noise(
         w.actions, torch.randn(w.actions.shape, device=device, generator=generator, dtype=w.actions.dtype), t
     )
-    states, actions = model(noisy_states, noisy_actions, t, w.static, w.goals, w.mask, w.goal_mask, w.valid)
+    drop = None
+    if goal_dropout > 0:
+        drop = torch.rand(batch_size, device=device, generator=generator) < goal_dropout
+    states, actions = model(noisy_states, noisy_actions, t, w.static, w.goals, w.mask, w.goal_mask, w.valid, drop)
     valid = torch.ones_like(w.states[..., 0, 0], dtype=torch.bool) if w.valid is None else w.valid
     free = slice(1, -1 if given_last else None)  # the steps the model has to fill in
     state_weight = (valid[:, free, None] & w.mask[:, None])[..., None].to(states.dtype)
@@ -235,6 +241,7 @@ def sample(
     known_states: torch.Tensor | None = None,
     known_mask: torch.Tensor | None = None,
     clean_known: bool = False,
+    guidance: float = 1.0,
 ) -> Plan:
     """Sample plans with DDIM from the current observation and the goal.
 
@@ -254,6 +261,9 @@ def sample(
         generator: draws the initial noise (and the extra noise when ``eta > 0``).
         known_states: ``(B, H + 1, N, DYNAMIC_DIM)`` normalised values of extra inpainted entries.
         known_mask: bool, broadcastable to ``known_states``: which entries of it are given.
+        guidance: classifier-free guidance on the goal, for a model trained with ``goal_dropout``:
+            the prediction is ``uncond + guidance × (cond − uncond)`` (1: the plain conditional
+            model, one call per step; otherwise conditional and goal-free predictions in one batch).
         clean_known: set the given entries to their clean values at every step, as step 0 is, rather
             than forward-noised ones: for a model trained with them clean (``loss(..., given_last=True)``).
 
@@ -298,13 +308,24 @@ def sample(
         x[:, 0] = state0[:, 0]
         return x.masked_fill(padded, 0.0)
 
+    def predict(x_states: torch.Tensor, x_actions: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if guidance == 1.0:
+            return model(x_states, x_actions, t, static, goals, mask, goal_mask)
+        two = lambda x: torch.cat([x, x])  # noqa: E731
+        drop = torch.arange(2 * batch, device=device) >= batch
+        states, actions = model(
+            two(x_states), two(x_actions), t, two(static), two(goals), two(mask), two(goal_mask), None, drop
+        )
+        (cond_s, free_s), (cond_a, free_a) = states.chunk(2), actions.chunk(2)
+        return free_s + guidance * (cond_s - free_s), free_a + guidance * (cond_a - free_a)
+
     known_noise = torch.randn(state_shape, device=device, generator=generator)
     x_states = torch.randn(state_shape, device=device, generator=generator)
     x_actions = torch.randn((batch, horizon, config.action_dim), device=device, generator=generator)
     alphas = schedule.alphas_cumprod.tolist()
     for i, t in enumerate(timesteps):
         x_states = inpaint(x_states, t)
-        pred_states, pred_actions = model(x_states, x_actions, t, static, goals, mask, goal_mask)
+        pred_states, pred_actions = predict(x_states, x_actions, t)
         pred_actions = pred_actions.clamp(-1.0, 1.0)
         if i + 1 < len(timesteps):
             levels = alphas[t], alphas[timesteps[i + 1]]

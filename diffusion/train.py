@@ -20,6 +20,7 @@ start or resume). ``--resume RUN`` continues a killed run from its last checkpoi
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import shutil
@@ -40,7 +41,7 @@ from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser
 from ecrl.diffusion.hierarchical import HierarchicalPlanner, segment_windows, subgoal_windows
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.schedule import EMA, LossTerms, loss
-from ecrl.evaluation import evaluate, log_tensorboard
+from ecrl.evaluation import evaluate, log_tensorboard, scalars
 from ecrl.policy import Policy
 from ecrl.reporting import provenance
 
@@ -63,6 +64,12 @@ class DiffusionTrainConfig:
     """Transformer blocks."""
     mlp_ratio: int = 2
     """Hidden width of the blocks' MLPs as a multiple of ``width``."""
+    entity_goals: bool = True
+    """Each entity cross-attends to the goals before the main blocks (see ``DenoiserConfig``)."""
+    goal_dropout: float = 0.0
+    """Fraction of training windows without their goal (flat planner), for classifier-free guidance."""
+    guidance: float = 1.0
+    """Classifier-free guidance weight on the goal when the flat planner acts (needs ``goal_dropout`` > 0 if not 1)."""
     horizon: int = 8
     """Plan length in env steps (actions per plan) of the flat planner (the hierarchical one's segments are subgoal_every long)."""
     diffusion_steps: int = 100
@@ -133,6 +140,10 @@ class DiffusionTrainConfig:
             problems += self._hierarchical_problems()
         if self.sampling_steps > self.diffusion_steps:
             problems.append(f"sampling_steps ({self.sampling_steps}) exceeds diffusion_steps ({self.diffusion_steps})")
+        if not 0 <= self.goal_dropout < 1:
+            problems.append(f"goal_dropout must be in [0, 1), got {self.goal_dropout}")
+        if self.guidance != 1.0 and self.goal_dropout == 0:
+            problems.append("guidance != 1 needs a model trained with goal_dropout > 0")
         if not 0 < self.ema_decay < 1:
             problems.append(f"ema_decay must be in (0, 1), got {self.ema_decay}")
         if self.lr <= 0:
@@ -168,6 +179,7 @@ class DiffusionTrainConfig:
             mlp_ratio=self.mlp_ratio,
             horizon=horizon,
             diffusion_steps=self.diffusion_steps,
+            entity_goals=self.entity_goals,
         )
 
     @property
@@ -188,7 +200,7 @@ class DiffusionTrainConfig:
     def make_planner(self) -> DiffusionPlanner | HierarchicalPlanner:
         """A fresh (untrained) planner of this run's kind and size."""
         if self.planner == "flat":
-            return DiffusionPlanner(self.denoiser, self.sampling_steps, self.replan_every)
+            return DiffusionPlanner(self.denoiser, self.sampling_steps, self.replan_every, guidance=self.guidance)
         return HierarchicalPlanner(
             self.subgoal_denoiser,
             self.segment_denoiser,
@@ -294,7 +306,9 @@ class _Trainer:
 
         if config.planner == "flat":
             batch = tensors(dataset.sample_windows(config.batch_size, config.horizon, rng))
-            return {"": loss(self.models[""], batch, self.generator, config.action_weight)}
+            return {
+                "": loss(self.models[""], batch, self.generator, config.action_weight, goal_dropout=config.goal_dropout)
+            }
         k, hh = config.subgoal_every, config.subgoal_horizon
         high = subgoal_windows(dataset.sample_windows(config.batch_size, k * hh, rng), k, dataset.success)
         low = segment_windows(dataset.sample_windows(config.batch_size, k, rng), dataset.success)
@@ -341,7 +355,8 @@ class _Trainer:
         self.step = int(state["step"])
 
 
-def _evaluate(trainer: _Trainer, task: dict[str, Any], writer: SummaryWriter) -> dict[str, float]:
+def _evaluate(trainer: _Trainer, task: dict[str, Any], writer: SummaryWriter, run_dir: Path) -> dict[str, float]:
+    """Periodic evaluation: tensorboard scalars plus a row of ``tb/progress.csv`` (for ``ecrl-eval``'s learning curve)."""
     config = trainer.config
     n_train = max(task["n_objects"])
     objects = list(config.eval_objects or (n_train, 2 * n_train))
@@ -356,6 +371,14 @@ def _evaluate(trainer: _Trainer, task: dict[str, Any], writer: SummaryWriter) ->
         progress=False,
     )
     log_tensorboard(report, writer, trainer.step)
+    row = {"train/gradient_steps": trainer.step, **scalars(report)}
+    progress = run_dir / "tb" / "progress.csv"
+    new = not progress.exists()
+    with progress.open("a", newline="") as f:
+        out = csv.DictWriter(f, fieldnames=list(row))
+        if new:
+            out.writeheader()
+        out.writerow(row)
     return {f"{r.part}/n{r.n_objects}": float(np.mean(r.success)) for r in report.results}
 
 
@@ -459,7 +482,7 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
             result.loss, result.windows_per_s = means["train/loss"], float(rate)
             losses, window_start, window_steps = [], time.perf_counter(), 0
         if config.eval_every and (trainer.step % config.eval_every == 0 or trainer.step == config.steps):
-            result.eval = _evaluate(trainer, task, writer)
+            result.eval = _evaluate(trainer, task, writer, run_dir)
             bar.write(f"step {trainer.step}: success " + ", ".join(f"{k} {v:.2f}" for k, v in result.eval.items()))
             for model in trainer.models.values():
                 model.train()

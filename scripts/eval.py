@@ -163,8 +163,9 @@ def run(args: Args, policy, objects: tuple[int, ...], kwargs: dict, command: str
 
 
 def plot_learning_curve(progress_csv: Path, path: Path) -> None:
-    """Success vs env steps of a training run: the periodic ``eval/<part>/n<N>/success_rate`` (step 0: after
-    imitation, before RL) and ``rollout/success_rate``."""
+    """Success vs training progress: the periodic ``eval/<part>/n<N>/success_rate`` and, for RL runs,
+    ``rollout/success_rate``, against env steps (RL; step 0: after imitation, before RL) or gradient
+    steps (diffusion planners, whose log has ``train/gradient_steps``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -175,15 +176,23 @@ def plot_learning_curve(progress_csv: Path, path: Path) -> None:
     keys = sorted({k for row in rows for k in row if k.endswith("success_rate") and row[k] != ""})
     if not keys:
         return
+    x_key, x_label = (
+        ("train/gradient_steps", "gradient steps")
+        if "train/gradient_steps" in rows[0]
+        else (
+            "time/total_timesteps",
+            "env steps",
+        )
+    )
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for key in keys:
-        points = [(float(r.get("time/total_timesteps") or 0), float(r[key])) for r in rows if r.get(key)]
+        points = [(float(r.get(x_key) or 0), float(r[key])) for r in rows if r.get(key)]
         style = "o-" if key.startswith("eval/") else "-"
         label = key.removesuffix("/success_rate") + (
             " (exploring, last 100 episodes)" if key.startswith("rollout") else ""
         )
         ax.plot(*zip(*points, strict=True), style, ms=3, label=label)
-    ax.set(xlabel="env steps", ylabel="success rate", ylim=(-0.02, 1.02), title="training: success vs env steps")
+    ax.set(xlabel=x_label, ylabel="success rate", ylim=(-0.02, 1.02), title=f"training: success vs {x_label}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -161,7 +161,7 @@ def test_ddim_is_deterministic_for_eta_zero():
     draw = lambda seed, eta: (
         sample(  # noqa: E731
             model, obs, goals, steps=4, eta=eta, generator=torch.Generator().manual_seed(seed)
-        ).actions
+        ).states  # not the actions: a random model's actions can all sit at the clamp
     )
     assert torch.equal(draw(0, 0.0), draw(0, 0.0))
     assert not torch.equal(draw(0, 0.0), draw(0, 1.0))
@@ -327,3 +327,22 @@ def test_ema_tracks_weights_and_round_trips_through_safetensors(tmp_path):
     restored = EMA(EntityDenoiser(TINY), decay=0.9)
     restored.load_state_dict(load_file(str(tmp_path / "ema.safetensors")))
     assert restored.updates == 50 and torch.equal(next(restored.model.parameters()), avg)
+
+
+def test_goal_dropout_and_guidance():
+    """A dropped goal is the null token whatever the goal rows say; guidance 1 is the conditional model."""
+    model = _randomised()
+    obs, goals = _rows(2, 1, 2)[:, 0], _goals(2, 2)
+    states, actions = torch.randn(2, model.config.horizon + 1, 3, 4), torch.randn(2, model.config.horizon, 2)
+    static = split_rows(obs[:, None])[0]
+    mask, goal_mask = torch.ones(2, 3, dtype=torch.bool), torch.ones(2, 2, dtype=torch.bool)
+    drop = torch.tensor([True, False])
+    run = lambda g: model(states, actions, 5, static, goal_features(g), mask, goal_mask, None, drop)  # noqa: E731
+    (s1, a1), (s2, a2) = run(goals), run(goals + torch.randn_like(goals))
+    torch.testing.assert_close(a1[0], a2[0])  # the dropped sample ignores its goals
+    assert not torch.allclose(a1[1], a2[1])  # the other one does not
+    plain = sample(model, obs, goals, steps=3, generator=torch.Generator().manual_seed(0))
+    guided = sample(model, obs, goals, steps=3, generator=torch.Generator().manual_seed(0), guidance=1.0)
+    torch.testing.assert_close(plain.states, guided.states)
+    strong = sample(model, obs, goals, steps=3, generator=torch.Generator().manual_seed(0), guidance=3.0)
+    assert not torch.allclose(plain.states, strong.states)
