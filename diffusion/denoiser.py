@@ -60,6 +60,7 @@ _STATIC_SCALE = _ENTITY_SCALE[_STATIC_COLUMNS]
 _XY = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
 _YAW = ENTITY_FIELDS["yaw"]
 _PRESENT = ENTITY_FIELDS["present"].start
+_GOAL_XY = slice(GOAL_FIELDS["position"].start, GOAL_FIELDS["position"].start + 2)
 _GOAL_SCALE = torch.ones(GOAL_DIM)
 _GOAL_SCALE[GOAL_FIELDS["position"]] = POSITION_SCALE
 _GOAL_SCALE[GOAL_FIELDS["size"]] = SIZE_SCALE
@@ -155,6 +156,9 @@ class DenoiserConfig:
         entity_goals: before the main blocks, each entity (its attributes and current state)
             cross-attends to the goal tokens, and the result joins all of its tokens: the entity's
             own target is then part of every one of its step tokens (see :class:`EntityDenoiser`).
+        relative_goals: in that cross-attention, keys and values also embed each goal's position
+            relative to the entity (:class:`RelativeGoalAttention`), so "how far, which way" is read
+            exactly instead of being worked out from two absolute positions.
     """
 
     width: int = 64
@@ -166,6 +170,7 @@ class DenoiserConfig:
     diffusion_steps: int = 100
     noise_schedule: str = "cosine"
     entity_goals: bool = True
+    relative_goals: bool = False
 
     def __post_init__(self) -> None:
         sizes = (self.width, self.heads, self.blocks, self.mlp_ratio, self.horizon, self.action_dim)
@@ -209,6 +214,40 @@ class AdaLNBlock(nn.Module):
         x = torch.addcmul(x, gate_a, self.attention(h, h, mask))
         h = torch.addcmul(shift_m, self.norm_mlp(x), 1 + scale_m)
         return torch.addcmul(x, gate_m, self.mlp(h))
+
+
+class RelativeGoalAttention(nn.Module):
+    """Entities ``(B, N, C)`` attend over goals ``(B, M, C)``; each entity-goal pair's key and value
+    add an embedding of the goal's position relative to the entity's (pre-norm residual block + MLP).
+
+    Relative positions are the same for any numbering of entities and goals, so the block is
+    permutation-equivariant over entities and invariant over goals; it costs ``N × M`` small vectors.
+    """
+
+    def __init__(self, width: int, heads: int, mlp_ratio: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm_x, self.norm_goal, self.norm_mlp = (nn.LayerNorm(width) for _ in range(3))
+        self.q = nn.Linear(width, width)
+        self.kv = nn.Linear(width, 2 * width)
+        self.relative = mlp([2, width, 2 * width])
+        self.out = nn.Linear(width, width)
+        self.mlp = mlp([width, mlp_ratio * width, width])
+
+    def forward(
+        self, x: torch.Tensor, xy: torch.Tensor, goals: torch.Tensor, goal_xy: torch.Tensor, goal_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """``x (B, N, C)`` at positions ``xy (B, N, 2)``; goals ``(B, M, C)`` at ``goal_xy (B, M, 2)``."""
+        rel_k, rel_v = self.relative(goal_xy[:, None] - xy[:, :, None]).chunk(2, dim=-1)  # (B, N, M, C)
+        k, v = self.kv(self.norm_goal(goals)).chunk(2, dim=-1)
+        k, v = k[:, None] + rel_k, v[:, None] + rel_v
+        q = rearrange(self.q(self.norm_x(x)), "b n (h c) -> b n h c", h=self.heads)
+        k, v = (rearrange(t, "b n m (h c) -> b n m h c", h=self.heads) for t in (k, v))
+        logits = torch.einsum("bnhc,bnmhc->bnhm", q, k) * q.shape[-1] ** -0.5
+        weights = logits.masked_fill(~goal_mask[:, None, None], float("-inf")).softmax(dim=-1)
+        y = rearrange(torch.einsum("bnhm,bnmhc->bnhc", weights, v), "b n h c -> b n (h c)")
+        x = x + self.out(y)
+        return x + self.mlp(self.norm_mlp(x))
 
 
 class EntityDenoiser(nn.Module):
@@ -258,7 +297,10 @@ class EntityDenoiser(nn.Module):
         self.embed_static = mlp([STATIC_DIM, w, w])
         self.embed_action = mlp([config.action_dim, w, w])
         self.embed_goal = mlp([GOAL_DIM, w, w])
-        self.entity_goals = AttentionBlock(w, config.heads, config.mlp_ratio) if config.entity_goals else None
+        self.entity_goals: nn.Module | None = None
+        if config.entity_goals:
+            block = RelativeGoalAttention if config.relative_goals else AttentionBlock
+            self.entity_goals = block(w, config.heads, config.mlp_ratio)
         # Stands in for every goal row when the goal is dropped (classifier-free guidance).
         self.null_goal = nn.Parameter(torch.zeros(w))
         # Learned, from a sinusoidal start: distinct steps from the first update, free to adapt.
@@ -332,7 +374,14 @@ class EntityDenoiser(nn.Module):
             first[:, 0] = True
             goal_mask = torch.where(dropped, first, goal_mask)
         entity = self.embed_static(static)
-        if self.entity_goals is not None:  # each entity, as it is now, reads the goals
+        if isinstance(self.entity_goals, RelativeGoalAttention):
+            goal_xy = goals[..., _GOAL_XY]
+            if drop_goal is not None:  # a dropped goal's position must not leak through the relative term
+                goal_xy = goal_xy.masked_fill(drop_goal[:, None, None], 0.0)
+            entity = self.entity_goals(
+                entity + state_embedding[:, 0], states[:, 0, :, :2], goal_tokens, goal_xy, goal_mask
+            )
+        elif self.entity_goals is not None:  # each entity, as it is now, reads the goals
             entity = self.entity_goals(entity + state_embedding[:, 0], goal_tokens, goal_mask)
         entity_tokens = state_embedding + entity[:, None] + step[:, None]
         x = torch.cat(

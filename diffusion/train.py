@@ -66,6 +66,8 @@ class DiffusionTrainConfig:
     """Hidden width of the blocks' MLPs as a multiple of ``width``."""
     entity_goals: bool = True
     """Each entity cross-attends to the goals before the main blocks (see ``DenoiserConfig``)."""
+    relative_goals: bool = True
+    """In that cross-attention, embed each goal's position relative to the entity (see ``DenoiserConfig``)."""
     goal_dropout: float = 0.0
     """Fraction of training windows without their goal (flat planner), for classifier-free guidance."""
     guidance: float = 1.0
@@ -180,6 +182,7 @@ class DiffusionTrainConfig:
             horizon=horizon,
             diffusion_steps=self.diffusion_steps,
             entity_goals=self.entity_goals,
+            relative_goals=self.relative_goals,
         )
 
     @property

@@ -25,7 +25,7 @@ from ecrl.diffusion import (
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
 from ecrl.policy import CheckpointError
 
-TINY = DenoiserConfig(width=32, heads=2, blocks=2, horizon=6)
+TINY = DenoiserConfig(width=32, heads=2, blocks=2, horizon=6, relative_goals=True)
 F = ENTITY_FIELDS
 
 
@@ -338,7 +338,7 @@ def test_goal_dropout_and_guidance():
     mask, goal_mask = torch.ones(2, 3, dtype=torch.bool), torch.ones(2, 2, dtype=torch.bool)
     drop = torch.tensor([True, False])
     run = lambda g: model(states, actions, 5, static, goal_features(g), mask, goal_mask, None, drop)  # noqa: E731
-    (s1, a1), (s2, a2) = run(goals), run(goals + torch.randn_like(goals))
+    (_, a1), (_, a2) = run(goals), run(goals + torch.randn_like(goals))
     torch.testing.assert_close(a1[0], a2[0])  # the dropped sample ignores its goals
     assert not torch.allclose(a1[1], a2[1])  # the other one does not
     plain = sample(model, obs, goals, steps=3, generator=torch.Generator().manual_seed(0))
