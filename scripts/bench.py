@@ -7,6 +7,8 @@ Subcommands:
               N=12 (see `ecrl.scripts.bench_policies`)
     diffusion planning latency per env step at N=3 and N=12 (horizon, sampling steps, replan interval),
               one denoiser call, training windows/s (see `ecrl.scripts.bench_diffusion`)
+    planners  trained planners side by side on one task: success (95% CI) and planning ms per env step
+              (see `ecrl.scripts.bench_planners`)
 
 Examples:
     # the full environment benchmark (about a minute on 2 cores) -> results/bench_envs/
@@ -30,10 +32,15 @@ Examples:
     # a trained planner, training windows from a real dataset
     ecrl-bench diffusion --checkpoint runs/<run>/final --dataset data/push3
 
+    # the flat and the hierarchical planner on one task -> results/diffusion_hierarchical/
+    ecrl-bench planners runs/<flat-run> runs/<hierarchical-run> --labels flat hierarchical \\
+        --objects 4 --goal sort --episodes 20 --out results/diffusion_hierarchical
+
     # every option
     ecrl-bench envs --help
     ecrl-bench policies --help
     ecrl-bench diffusion --help
+    ecrl-bench planners --help
 """
 
 from __future__ import annotations
@@ -50,13 +57,14 @@ from typing import Any  # noqa: E402
 
 import tyro  # noqa: E402
 
-from ecrl.scripts import bench_diffusion, bench_envs, bench_policies  # noqa: E402
+from ecrl.scripts import bench_diffusion, bench_envs, bench_planners, bench_policies  # noqa: E402
 
 # name -> (typed arguments, run(args, command)).
 BENCHMARKS: dict[str, tuple[type, Callable[[Any, str], dict[str, Any]]]] = {
     "envs": (bench_envs.EnvsArgs, bench_envs.run),
     "policies": (bench_policies.PoliciesArgs, bench_policies.run),
     "diffusion": (bench_diffusion.DiffusionArgs, bench_diffusion.run),
+    "planners": (bench_planners.PlannersArgs, bench_planners.run),
 }
 
 
