@@ -66,8 +66,9 @@ class DiffusionTrainConfig:
     """Hidden width of the blocks' MLPs as a multiple of ``width``."""
     entity_goals: bool = True
     """Each entity cross-attends to the goals before the main blocks (see ``DenoiserConfig``)."""
-    relative_goals: bool = True
-    """In that cross-attention, embed each goal's position relative to the entity (see ``DenoiserConfig``)."""
+    relative_goals: bool = False
+    """In that cross-attention, embed each goal's position relative to the entity (see ``DenoiserConfig``).
+    Off by default: on push-3 it learnt no faster (fraction placed 0.13 vs 0.27 at 20k steps, 20 episodes)."""
     goal_dropout: float = 0.0
     """Fraction of training windows without their goal (flat planner), for classifier-free guidance."""
     guidance: float = 1.0
