@@ -401,15 +401,17 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
     """Train (or, with ``resume``, continue) a diffusion planner; returns what the run did.
 
     With ``resume`` (a run directory) the run's own ``config.json`` is used, except for ``steps``,
-    which may be raised to extend a finished run.
+    which may be raised to extend a finished run, and ``threads``, ``device`` and ``progress``.
     """
     if resume is not None:
         saved = Path(resume) / "config.json"
         if not saved.exists():
             raise FileNotFoundError(f"{resume} is not a diffusion run directory: it has no config.json")
-        steps = config.steps
+        given = config
         config = DiffusionTrainConfig.from_json(json.loads(saved.read_text()))
-        config.steps = max(config.steps, steps)
+        config.steps = max(config.steps, given.steps)
+        # Where and how fast it runs is not part of the experiment: those options come from this call.
+        config.threads, config.device, config.progress = given.threads, given.device, given.progress
     if config.threads:
         torch.set_num_threads(config.threads)
     if config.device == "auto":
