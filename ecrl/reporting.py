@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,26 @@ def benchmark_record(args: Any, command: str, result: dict[str, Any], wall_s: fl
         "total_wall_s": wall_s,
         **result,
     }
+
+
+def save_benchmark(
+    out: Path,
+    json_name: str,
+    result: dict[str, Any],
+    table: str,
+    readme: Callable[[Path], None],
+    figures: Mapping[str, Callable[[Path], None]],
+) -> None:
+    """Write a benchmark's outputs into ``out`` (its JSON ``json_name``, each figure by its file name, the
+    README through ``readme(path)``), then print ``table`` and what was written."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / json_name).write_text(json.dumps(result, indent=2) + "\n")
+    for name, draw in figures.items():
+        draw(out / name)
+    readme(out / "README.md")
+    print(table)
+    threads = f"torch threads: {result['threads']}; " if "threads" in result else ""
+    print(f"{threads}wrote {out}/ ({', '.join([json_name, 'README.md', *figures])})")
 
 
 def exit_if_targets_missed(result: dict[str, Any], strict: bool) -> None:

@@ -32,7 +32,6 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import gc  # noqa: E402
-import json  # noqa: E402
 import time  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -49,7 +48,7 @@ from ecrl.diffusion.train import DiffusionTrainConfig, planner_policy  # noqa: E
 from ecrl.entities import ENTITY_FIELDS, GOAL_FIELDS  # noqa: E402
 from ecrl.envs import MAX_OBJECTS  # noqa: E402
 from ecrl.policy import Policy  # noqa: E402
-from ecrl.reporting import benchmark_record, exit_if_targets_missed, markdown_table, report_header  # noqa: E402
+from ecrl.reporting import benchmark_record, exit_if_targets_missed, markdown_table, report_header, save_benchmark  # noqa: E402
 from ecrl.scripts.bench_policies import rollout_observations  # noqa: E402
 
 _TRAIN = DiffusionTrainConfig()
@@ -567,11 +566,13 @@ def run(args: DiffusionArgs, command: str) -> dict[str, Any]:
     result = measure(args)
     result["targets"] = check_targets(args, result)
     result = benchmark_record(args, command, result, time.perf_counter() - start)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(result, args, args.out / "speed.png")
-    write_readme(args.out / "README.md", command, args, result)
-    print(tables(result))
-    print(f"torch threads: {result['threads']}; wrote {args.out}/ (bench.json, README.md, speed.png)")
+    save_benchmark(
+        args.out,
+        "bench.json",
+        result,
+        tables(result),
+        lambda path: write_readme(path, command, args, result),
+        {"speed.png": lambda path: plot(result, args, path)},
+    )
     exit_if_targets_missed(result, args.strict)
     return result

@@ -19,7 +19,6 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import gc  # noqa: E402
-import json  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
@@ -32,7 +31,7 @@ import numpy as np  # noqa: E402
 
 from ecrl.envs import MAX_OBJECTS  # noqa: E402
 from ecrl.envs.scene import SUBSTEPS, TIMESTEP  # noqa: E402
-from ecrl.reporting import benchmark_record, exit_if_targets_missed, report_header  # noqa: E402
+from ecrl.reporting import benchmark_record, exit_if_targets_missed, report_header, save_benchmark  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -363,11 +362,13 @@ def run(args: EnvsArgs, command: str) -> dict[str, Any]:
     result = benchmark_record(
         args, command, result, time.perf_counter() - start, reduce=args.reduce, substeps=SUBSTEPS, timestep=TIMESTEP
     )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench_envs.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(result, args.out / "steps_per_s.png")
-    write_readme(args.out / "README.md", command, args, result)
-    print(tables(result))
-    print(f"wrote {args.out}/ (bench_envs.json, README.md, steps_per_s.png)")
+    save_benchmark(
+        args.out,
+        "bench_envs.json",
+        result,
+        tables(result),
+        lambda path: write_readme(path, command, args, result),
+        {"steps_per_s.png": lambda path: plot(result, path)},
+    )
     exit_if_targets_missed(result, args.strict)
     return result

@@ -37,7 +37,6 @@ import os
 # Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Mapping  # noqa: E402
@@ -52,7 +51,7 @@ import tyro  # noqa: E402
 import ecrl  # noqa: E402
 from ecrl.evaluation import EVAL_SEED, check_settings, evaluate  # noqa: E402
 from ecrl.policy import Policy  # noqa: E402
-from ecrl.reporting import benchmark_record, markdown_table, report_header  # noqa: E402
+from ecrl.reporting import benchmark_record, markdown_table, report_header, save_benchmark  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -408,10 +407,12 @@ def run(args: PlannersArgs, command: str) -> dict[str, Any]:
     start = time.perf_counter()
     result = measure(args)
     result = benchmark_record(args, command, result, time.perf_counter() - start)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(result, args.out / "planners.png")
-    write_readme(args.out / "README.md", command, result)
-    print(tables(result))
-    print(f"torch threads: {result['threads']}; wrote {args.out}/ (bench.json, README.md, planners.png)")
+    save_benchmark(
+        args.out,
+        "bench.json",
+        result,
+        tables(result),
+        lambda path: write_readme(path, command, result),
+        {"planners.png": lambda path: plot(result, path)},
+    )
     return result

@@ -27,3 +27,13 @@ def make():
     yield _make
     for env in envs:
         env.close()
+
+
+@pytest.fixture(scope="session")
+def push1_demos(tmp_path_factory):
+    """A tiny demonstration dataset: 3 expert episodes of push with 1 object."""
+    from ecrl.datasets import CollectConfig, collect_dataset
+
+    path = tmp_path_factory.mktemp("demos") / "push1"
+    collect_dataset(path, CollectConfig(n_objects=(1,), episodes=3, progress=False))
+    return path

@@ -6,13 +6,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from diffusion_helpers import tiny_train_config
 
 import ecrl
 import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
-from ecrl.datasets import CollectConfig, collect_dataset
 from ecrl.diffusion import DenoiserConfig
 from ecrl.diffusion.planner import DiffusionPlanner
-from ecrl.diffusion.train import DiffusionTrainConfig, planner_policy, train
+from ecrl.diffusion.train import planner_policy, train
 from ecrl.scripts.train_diffusion import main
 
 TINY = DenoiserConfig(width=16, heads=2, blocks=1, horizon=4, diffusion_steps=20)
@@ -84,38 +84,11 @@ def test_planner_rejects_bad_settings():
         DiffusionPlanner(TINY, sampling_steps=TINY.diffusion_steps + 1)
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    path = tmp_path_factory.mktemp("demos") / "push1"
-    collect_dataset(path, CollectConfig(n_objects=(1,), episodes=3, progress=False))
-    return path
+tiny_config = tiny_train_config
 
 
-def tiny_config(dataset, runs, **kwargs) -> DiffusionTrainConfig:
-    settings = {
-        "dataset": dataset,
-        "width": 16,
-        "heads": 2,
-        "blocks": 1,
-        "horizon": 4,
-        "diffusion_steps": 20,
-        "sampling_steps": 2,
-        "steps": 4,
-        "batch_size": 8,
-        "warmup": 2,
-        "checkpoint_every": 2,
-        "log_every": 2,
-        "eval_every": 0,
-        "runs_dir": runs,
-        "name": "tiny",
-        "progress": False,
-        "threads": 1,
-    }
-    return DiffusionTrainConfig(**{**settings, **kwargs})
-
-
-def test_training_writes_the_run_directory_and_resume_continues(dataset, tmp_path):
-    config = tiny_config(dataset, tmp_path)
+def test_training_writes_the_run_directory_and_resume_continues(push1_demos, tmp_path):
+    config = tiny_config(push1_demos, tmp_path)
     result = train(config)
     run = tmp_path / "tiny"
     assert result.steps == 4 and np.isfinite(result.loss)
@@ -129,7 +102,7 @@ def test_training_writes_the_run_directory_and_resume_continues(dataset, tmp_pat
     assert rollout(policy, 3, 2).shape == (2, 2)
 
     # A larger budget on resume extends the run from its checkpoint; the rest of the config is the run's own.
-    resumed = train(tiny_config(dataset, tmp_path, steps=6, width=999), resume=run)
+    resumed = train(tiny_config(push1_demos, tmp_path, steps=6, width=999), resume=run)
     assert resumed.steps == 6
     sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
     assert [s["start_step"] for s in sessions if "start_step" in s] == [0, 4]
@@ -137,17 +110,17 @@ def test_training_writes_the_run_directory_and_resume_continues(dataset, tmp_pat
     assert ecrl.load(run).module.denoiser.config.width == 16
 
 
-def test_training_refuses_to_overwrite_a_run(dataset, tmp_path):
-    train(tiny_config(dataset, tmp_path, steps=1, checkpoint_every=0))
+def test_training_refuses_to_overwrite_a_run(push1_demos, tmp_path):
+    train(tiny_config(push1_demos, tmp_path, steps=1, checkpoint_every=0))
     with pytest.raises(FileExistsError, match="--resume"):
-        train(tiny_config(dataset, tmp_path, steps=1))
+        train(tiny_config(push1_demos, tmp_path, steps=1))
 
 
-def test_config_errors_name_the_problem(dataset, tmp_path):
+def test_config_errors_name_the_problem(push1_demos, tmp_path):
     with pytest.raises(ValueError, match="replan_every"):
-        tiny_config(dataset, tmp_path, replan_every=5)
+        tiny_config(push1_demos, tmp_path, replan_every=5)
     with pytest.raises(ValueError, match="sampling_steps"):
-        tiny_config(dataset, tmp_path, sampling_steps=50)
+        tiny_config(push1_demos, tmp_path, sampling_steps=50)
 
 
 def test_cli_help_and_a_missing_dataset(tmp_path, capsys):

@@ -6,12 +6,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from diffusion_helpers import tiny_train_config
 from safetensors.torch import load_file
 from torch import nn
 
 import ecrl
 import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
-from ecrl.datasets import CollectConfig, DemoDataset, collect_dataset
+from ecrl.datasets import DemoDataset
 from ecrl.diffusion import DYNAMIC_DIM, DenoiserConfig, loss, sample, split_rows
 from ecrl.diffusion.hierarchical import HierarchicalPlanner, segment_windows, subgoal_windows
 from ecrl.diffusion.train import DiffusionTrainConfig, planner_policy, train
@@ -236,41 +237,13 @@ def test_planner_rejects_bad_settings():
 # ---------------------------------------------------------------------------------------------- training
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    path = tmp_path_factory.mktemp("demos") / "push1"
-    collect_dataset(path, CollectConfig(n_objects=(1,), episodes=3, progress=False))
-    return path
-
-
 def tiny_config(dataset, runs, **kwargs) -> DiffusionTrainConfig:
-    settings = {
-        "dataset": dataset,
-        "planner": "hierarchical",
-        "width": 16,
-        "heads": 2,
-        "blocks": 1,
-        "subgoal_every": K,
-        "subgoal_horizon": HH,
-        "diffusion_steps": 20,
-        "sampling_steps": 2,
-        "subgoal_sampling_steps": 2,
-        "steps": 4,
-        "batch_size": 8,
-        "warmup": 2,
-        "checkpoint_every": 2,
-        "log_every": 2,
-        "eval_every": 0,
-        "runs_dir": runs,
-        "name": "tiny",
-        "progress": False,
-        "threads": 1,
-    }
-    return DiffusionTrainConfig(**{**settings, **kwargs})
+    hierarchical = {"planner": "hierarchical", "subgoal_every": K, "subgoal_horizon": HH, "subgoal_sampling_steps": 2}
+    return tiny_train_config(dataset, runs, **{**hierarchical, **kwargs})
 
 
-def test_hierarchical_training_writes_the_run_directory_and_resume_continues(dataset, tmp_path):
-    result = train(tiny_config(dataset, tmp_path))
+def test_hierarchical_training_writes_the_run_directory_and_resume_continues(push1_demos, tmp_path):
+    result = train(tiny_config(push1_demos, tmp_path))
     run = tmp_path / "tiny"
     assert result.steps == 4 and np.isfinite(result.loss)
     for name in ("config.json", "provenance.json", "sessions.jsonl", "final/policy.json", "tb"):
@@ -284,7 +257,7 @@ def test_hierarchical_training_writes_the_run_directory_and_resume_continues(dat
     assert policy.meta["arch"] == "hierarchical_diffusion" and policy.meta["subgoal_horizon"] == HH
     assert rollout(policy, 3, 2).shape == (2, 2)
 
-    resumed = train(tiny_config(dataset, tmp_path, steps=6, width=999), resume=run)
+    resumed = train(tiny_config(push1_demos, tmp_path, steps=6, width=999), resume=run)
     assert resumed.steps == 6
     sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
     assert [s["start_step"] for s in sessions if "start_step" in s] == [0, 4]
@@ -292,14 +265,14 @@ def test_hierarchical_training_writes_the_run_directory_and_resume_continues(dat
     assert ecrl.load(run).module.low.config.width == 16
 
 
-def test_config_errors_name_the_problem(dataset, tmp_path):
+def test_config_errors_name_the_problem(push1_demos, tmp_path):
     with pytest.raises(ValueError, match="subgoal_every"):
-        tiny_config(dataset, tmp_path, replan_every=K + 1)
+        tiny_config(push1_demos, tmp_path, replan_every=K + 1)
     with pytest.raises(ValueError, match="subgoal_replan_every"):
-        tiny_config(dataset, tmp_path, subgoal_replan_every=K * HH)
+        tiny_config(push1_demos, tmp_path, subgoal_replan_every=K * HH)
     with pytest.raises(ValueError, match="subgoal_horizon"):
-        tiny_config(dataset, tmp_path, subgoal_horizon=1)
-    tiny_config(dataset, tmp_path, planner="flat", replan_every=K + 1)  # the flat planner's bound is horizon
+        tiny_config(push1_demos, tmp_path, subgoal_horizon=1)
+    tiny_config(push1_demos, tmp_path, planner="flat", replan_every=K + 1)  # the flat planner's bound is horizon
 
 
 def test_cli_offers_the_hierarchical_options(capsys):
@@ -310,9 +283,9 @@ def test_cli_offers_the_hierarchical_options(capsys):
     assert "--planner" in out and "--subgoal-every" in out and "--subgoal-horizon" in out
 
 
-def test_real_segments_are_learnable(dataset):
+def test_real_segments_are_learnable(push1_demos):
     """On real demonstrations both levels' losses fall within a few dozen steps."""
-    data = DemoDataset(dataset)
+    data = DemoDataset(push1_demos)
     rng, g = np.random.default_rng(0), torch.Generator().manual_seed(0)
     planner = HierarchicalPlanner(HIGH, LOW)
     optimiser = torch.optim.Adam(planner.parameters(), lr=3e-3)
