@@ -7,6 +7,7 @@ import math
 import os
 import platform
 import subprocess
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -148,24 +149,37 @@ def benchmark_record(args: Any, command: str, result: dict[str, Any], wall_s: fl
     }
 
 
-def save_benchmark(
-    out: Path,
-    json_name: str,
-    result: dict[str, Any],
-    table: str,
-    readme: Callable[[Path], None],
-    figures: Mapping[str, Callable[[Path], None]],
-) -> None:
-    """Write a benchmark's outputs into ``out`` (its JSON ``json_name``, each figure by its file name, the
-    README through ``readme(path)``), then print ``table`` and what was written."""
+def run_benchmark(
+    args: Any,
+    command: str,
+    measure: Callable[[Any], dict[str, Any]],
+    tables: Callable[[dict[str, Any]], str],
+    readme: Callable[[Path, dict[str, Any]], None],
+    figures: Mapping[str, Callable[[Path, dict[str, Any]], None]],
+    check_targets: Callable[[Any, dict[str, Any]], list[dict[str, Any]]] | None = None,
+    json_name: str = "bench.json",
+    **extra: Any,
+) -> dict[str, Any]:
+    """The life of a benchmark: ``measure(args)``, check its targets, wrap it in :func:`benchmark_record`
+    (with ``extra`` constants), write ``args.out/json_name``, each figure ``draw(path, result)`` by its file
+    name and ``README.md``, print ``tables(result)``, and with ``args.strict`` exit 1 on a missed target."""
+    start = time.perf_counter()
+    result = measure(args)
+    if check_targets is not None:
+        result["targets"] = check_targets(args, result)
+    result = benchmark_record(args, command, result, time.perf_counter() - start, **extra)
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / json_name).write_text(json.dumps(result, indent=2) + "\n")
     for name, draw in figures.items():
-        draw(out / name)
-    readme(out / "README.md")
-    print(table)
+        draw(out / name, result)
+    readme(out / "README.md", result)
+    print(tables(result))
     threads = f"torch threads: {result['threads']}; " if "threads" in result else ""
     print(f"{threads}wrote {out}/ ({', '.join([json_name, 'README.md', *figures])})")
+    if check_targets is not None:
+        exit_if_targets_missed(result, args.strict)
+    return result
 
 
 def exit_if_targets_missed(result: dict[str, Any], strict: bool) -> None:

@@ -48,7 +48,7 @@ from ecrl.diffusion.train import DiffusionTrainConfig, planner_policy  # noqa: E
 from ecrl.entities import ENTITY_FIELDS, GOAL_FIELDS  # noqa: E402
 from ecrl.envs import MAX_OBJECTS  # noqa: E402
 from ecrl.policy import Policy  # noqa: E402
-from ecrl.reporting import benchmark_record, exit_if_targets_missed, markdown_table, report_header, save_benchmark  # noqa: E402
+from ecrl.reporting import markdown_table, report_header, run_benchmark  # noqa: E402
 from ecrl.scripts.bench_policies import rollout_observations  # noqa: E402
 
 _TRAIN = DiffusionTrainConfig()
@@ -62,7 +62,7 @@ class DiffusionArgs:
 
     n_objects: tuple[int, ...] = (3, 12)
     """Objects in the planning env (ecrl/Push-v0); the target uses the first."""
-    settings: tuple[tuple[int, int, int], ...] = ((8, 5, 1), (16, 10, 2), (16, 5, 4))
+    settings: tuple[tuple[int, int, int], ...] = ((4, 5, 1), (8, 5, 1), (16, 10, 2), (16, 5, 4))
     """(horizon, sampling_steps, replan_every) per timed planner; the target uses the first."""
     steps: int = 400
     """Timed env steps per (N, setting), in `repeats` turns."""
@@ -82,11 +82,13 @@ class DiffusionArgs:
     """Hidden width of the blocks' MLPs, as a multiple of `width`."""
     diffusion_steps: int = _TRAIN.diffusion_steps
     """Noise levels of the DDPM (bounds sampling_steps)."""
+    guidance: float = _TRAIN.guidance
+    """Classifier-free guidance weight (not 1: two denoiser passes per call, in one batch); a checkpoint keeps its own."""
     checkpoint: Path | None = None
     """A trained planner (`ecrl.load`-able) to time instead of random weights; only settings with its horizon run."""
     ref_n: int = 12
     """Objects in the observation of the reference EIT actor call."""
-    train_horizons: tuple[int, ...] = (8, 16)
+    train_horizons: tuple[int, ...] = (4, 8, 16)
     """Horizons of the training-throughput benchmark."""
     train_batch: int = _TRAIN.batch_size
     """Windows per training step."""
@@ -157,10 +159,13 @@ def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (k < total % parts) for k in range(parts)]
 
 
-def planners(args: DiffusionArgs) -> tuple[DenoiserConfig | None, dict[tuple[int, int, int], dict[str, Any] | None]]:
-    """The checkpoint's denoiser config (None: random weights) and the settings to time, each with its weights."""
+def planners(
+    args: DiffusionArgs,
+) -> tuple[DenoiserConfig | None, dict[tuple[int, int, int], dict[str, Any] | None], float]:
+    """The checkpoint's denoiser config (None: random weights), the settings to time, each with its weights,
+    and the guidance weight (the checkpoint's own)."""
     if args.checkpoint is None:
-        return None, {s: None for s in args.settings}
+        return None, {s: None for s in args.settings}, args.guidance
     import ecrl
 
     module = ecrl.load(args.checkpoint).module
@@ -172,12 +177,15 @@ def planners(args: DiffusionArgs) -> tuple[DenoiserConfig | None, dict[tuple[int
     skipped = [s for s in args.settings if s not in kept]
     if skipped:
         print(f"skipping settings {skipped}: the checkpoint's horizon is {config.horizon}")
-    return config, {s: state for s in dict.fromkeys([*kept, own] if own not in kept else kept)}
+    return config, {s: state for s in dict.fromkeys([*kept, own] if own not in kept else kept)}, module.guidance
 
 
-def build_policy(args: DiffusionArgs, setting: tuple[int, int, int], config: DenoiserConfig | None, state) -> Policy:
+def build_policy(
+    args: DiffusionArgs, setting: tuple[int, int, int], config: DenoiserConfig | None, state, guidance: float
+) -> Policy:
     horizon, sampling_steps, replan_every = setting
-    planner = DiffusionPlanner(config or args.denoiser_config(horizon), sampling_steps, replan_every, args.seed)
+    config = config or args.denoiser_config(horizon)
+    planner = DiffusionPlanner(config, sampling_steps, replan_every, args.seed, guidance=guidance)
     if state is not None:
         planner.denoiser.load_state_dict(state)
     return planner_policy(planner, {"arch": "diffusion", "checkpoint": str(args.checkpoint or "random weights")})
@@ -387,10 +395,10 @@ def measure(args: DiffusionArgs) -> dict[str, Any]:
 
     torch.set_num_threads(args.threads or torch.get_num_threads())
     torch.manual_seed(args.seed)
-    config, chosen = planners(args)
+    config, chosen, guidance = planners(args)
     reference = reference_actor(args)
     rollouts = [
-        _Rollout(n, setting, build_policy(args, setting, config, state), args.seed)
+        _Rollout(n, setting, build_policy(args, setting, config, state, guidance), args.seed)
         for n in args.n_objects
         for setting, state in chosen.items()
     ]
@@ -415,6 +423,7 @@ def measure(args: DiffusionArgs) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "weights": str(args.checkpoint) if args.checkpoint else "random",
         "denoiser": asdict(config or args.denoiser_config(args.settings[0][0])),
+        "guidance": guidance,
         "reference": {"label": f"EIT actor (NetConfig defaults), batch 1, N={args.ref_n}", **_stats(ref_ms)},
         "latency": [r.row() for r in rollouts],
         "denoiser_call": denoiser,
@@ -540,7 +549,8 @@ def write_readme(path: Path, command: str, args: DiffusionArgs, result: dict[str
     lines = [
         *report_header("Diffusion planner speed", command),
         f"Denoiser: width {d['width']}, {d['heads']} heads, {d['blocks']} blocks, MLP ratio {d['mlp_ratio']}, "
-        f"{d['diffusion_steps']} noise levels; {result['weights']} weights. Planning: `policy.act(obs)` of the "
+        f"{d['diffusion_steps']} noise levels; {result['weights']} weights; classifier-free guidance "
+        f"{result['guidance']:g} (not 1: conditional and goal-free passes in one batch of 2). Planning: `policy.act(obs)` of the "
         f"`DiffusionPlanner` behind `planner_policy`, batch 1, in `ecrl/Push-v0`, {result['latency'][0]['steps']} "
         f"timed env steps per row; a plan costs `sampling steps` denoiser calls (DDIM) and is re-sampled every "
         f"`replan every` steps. **Per step (amortised)** = (median planning call + (replan every − 1) × median "
@@ -562,17 +572,12 @@ def write_readme(path: Path, command: str, args: DiffusionArgs, result: dict[str
 
 def run(args: DiffusionArgs, command: str) -> dict[str, Any]:
     """Measure, print, write every output to ``args.out`` and return what ``bench.json`` holds."""
-    start = time.perf_counter()
-    result = measure(args)
-    result["targets"] = check_targets(args, result)
-    result = benchmark_record(args, command, result, time.perf_counter() - start)
-    save_benchmark(
-        args.out,
-        "bench.json",
-        result,
-        tables(result),
-        lambda path: write_readme(path, command, args, result),
-        {"speed.png": lambda path: plot(result, args, path)},
+    return run_benchmark(
+        args,
+        command,
+        measure,
+        tables,
+        readme=lambda path, result: write_readme(path, command, args, result),
+        figures={"speed.png": lambda path, result: plot(result, args, path)},
+        check_targets=check_targets,
     )
-    exit_if_targets_missed(result, args.strict)
-    return result

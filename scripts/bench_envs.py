@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 
 from ecrl.envs import MAX_OBJECTS  # noqa: E402
 from ecrl.envs.scene import SUBSTEPS, TIMESTEP  # noqa: E402
-from ecrl.reporting import benchmark_record, exit_if_targets_missed, report_header, save_benchmark  # noqa: E402
+from ecrl.reporting import report_header, run_benchmark  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -356,19 +356,16 @@ def write_readme(path: Path, command: str, args: EnvsArgs, result: dict[str, Any
 
 def run(args: EnvsArgs, command: str) -> dict[str, Any]:
     """Measure, print, write every output to ``args.out`` and return what ``bench_envs.json`` holds."""
-    start = time.perf_counter()
-    result = measure(args)
-    result["targets"] = check_targets(args, result)
-    result = benchmark_record(
-        args, command, result, time.perf_counter() - start, reduce=args.reduce, substeps=SUBSTEPS, timestep=TIMESTEP
+    return run_benchmark(
+        args,
+        command,
+        measure,
+        tables,
+        readme=lambda path, result: write_readme(path, command, args, result),
+        figures={"steps_per_s.png": lambda path, result: plot(result, path)},
+        check_targets=check_targets,
+        json_name="bench_envs.json",
+        reduce=args.reduce,
+        substeps=SUBSTEPS,
+        timestep=TIMESTEP,
     )
-    save_benchmark(
-        args.out,
-        "bench_envs.json",
-        result,
-        tables(result),
-        lambda path: write_readme(path, command, args, result),
-        {"steps_per_s.png": lambda path: plot(result, path)},
-    )
-    exit_if_targets_missed(result, args.strict)
-    return result

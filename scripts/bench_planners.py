@@ -51,7 +51,7 @@ import tyro  # noqa: E402
 import ecrl  # noqa: E402
 from ecrl.evaluation import EVAL_SEED, check_settings, evaluate  # noqa: E402
 from ecrl.policy import Policy  # noqa: E402
-from ecrl.reporting import benchmark_record, markdown_table, report_header, save_benchmark  # noqa: E402
+from ecrl.reporting import markdown_table, report_header, run_benchmark  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -404,15 +404,11 @@ def write_readme(path: Path, command: str, result: dict[str, Any]) -> None:
 
 def run(args: PlannersArgs, command: str) -> dict[str, Any]:
     """Measure, print, write every output to ``args.out`` and return what ``bench.json`` holds."""
-    start = time.perf_counter()
-    result = measure(args)
-    result = benchmark_record(args, command, result, time.perf_counter() - start)
-    save_benchmark(
-        args.out,
-        "bench.json",
-        result,
-        tables(result),
-        lambda path: write_readme(path, command, result),
-        {"planners.png": lambda path: plot(result, path)},
+    return run_benchmark(
+        args,
+        command,
+        measure,
+        tables,
+        readme=lambda path, result: write_readme(path, command, result),
+        figures={"planners.png": lambda path, result: plot(result, path)},
     )
-    return result

@@ -38,7 +38,7 @@ import torch  # noqa: E402
 from ecrl.envs import MAX_OBJECTS  # noqa: E402
 from ecrl.envs.task import default_horizon  # noqa: E402
 from ecrl.policies.nets import NetConfig  # noqa: E402
-from ecrl.reporting import benchmark_record, exit_if_targets_missed, markdown_table, report_header, save_benchmark  # noqa: E402
+from ecrl.reporting import markdown_table, report_header, run_benchmark  # noqa: E402
 from ecrl.scripts.bench_envs import time_calls  # noqa: E402
 
 _DEFAULT_NET = NetConfig()
@@ -367,17 +367,12 @@ def write_readme(path: Path, command: str, args: PoliciesArgs, result: dict[str,
 
 def run(args: PoliciesArgs, command: str) -> dict[str, Any]:
     """Measure, print, write every output to ``args.out`` and return what ``bench.json`` holds."""
-    start = time.perf_counter()
-    result = measure(args)
-    result["targets"] = check_targets(args, result)
-    result = benchmark_record(args, command, result, time.perf_counter() - start)
-    save_benchmark(
-        args.out,
-        "bench.json",
-        result,
-        tables(result),
-        lambda path: write_readme(path, command, args, result),
-        {"speed.png": lambda path: plot(result, args, path)},
+    return run_benchmark(
+        args,
+        command,
+        measure,
+        tables,
+        readme=lambda path, result: write_readme(path, command, args, result),
+        figures={"speed.png": lambda path, result: plot(result, args, path)},
+        check_targets=check_targets,
     )
-    exit_if_targets_missed(result, args.strict)
-    return result
