@@ -8,7 +8,7 @@ import os
 import platform
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -149,34 +149,30 @@ def benchmark_record(args: Any, command: str, result: dict[str, Any], wall_s: fl
     }
 
 
-def run_benchmark(
-    args: Any,
-    command: str,
-    measure: Callable[[Any], dict[str, Any]],
-    tables: Callable[[dict[str, Any]], str],
-    readme: Callable[[Path, dict[str, Any]], None],
-    figures: Mapping[str, Callable[[Path, dict[str, Any]], None]],
-    check_targets: Callable[[Any, dict[str, Any]], list[dict[str, Any]]] | None = None,
-    json_name: str = "bench.json",
-    **extra: Any,
-) -> dict[str, Any]:
-    """The life of a benchmark: ``measure(args)``, check its targets, wrap it in :func:`benchmark_record`
-    (with ``extra`` constants), write ``args.out/json_name``, each figure ``draw(path, result)`` by its file
-    name and ``README.md``, print ``tables(result)``, and with ``args.strict`` exit 1 on a missed target."""
+def run_benchmark(args: Any, command: str, bench: Any) -> dict[str, Any]:
+    """The life of a benchmark, from ``bench`` (a benchmark module of ``ecrl.scripts``).
+
+    ``bench.measure(args)`` measures; ``bench.check_targets(args, result)`` (optional) checks the targets;
+    the result goes through :func:`benchmark_record` (with ``bench.record_extra(args)``, optional) into
+    ``args.out/<bench.JSON_NAME or bench.json>``, ``bench.plot(result, args, path)`` draws ``bench.FIGURE``,
+    ``bench.write_readme(path, command, args, result)`` writes ``README.md``; ``bench.tables(result)`` is
+    printed. With ``args.strict`` a missed target exits with status 1.
+    """
     start = time.perf_counter()
-    result = measure(args)
+    result = bench.measure(args)
+    check_targets = getattr(bench, "check_targets", None)
     if check_targets is not None:
         result["targets"] = check_targets(args, result)
+    extra = bench.record_extra(args) if hasattr(bench, "record_extra") else {}
     result = benchmark_record(args, command, result, time.perf_counter() - start, **extra)
-    out = Path(args.out)
+    out, json_name = Path(args.out), getattr(bench, "JSON_NAME", "bench.json")
     out.mkdir(parents=True, exist_ok=True)
     (out / json_name).write_text(json.dumps(result, indent=2) + "\n")
-    for name, draw in figures.items():
-        draw(out / name, result)
-    readme(out / "README.md", result)
-    print(tables(result))
+    bench.plot(result, args, out / bench.FIGURE)
+    bench.write_readme(out / "README.md", command, args, result)
+    print(bench.tables(result))
     threads = f"torch threads: {result['threads']}; " if "threads" in result else ""
-    print(f"{threads}wrote {out}/ ({', '.join([json_name, 'README.md', *figures])})")
+    print(f"{threads}wrote {out}/ ({json_name}, README.md, {bench.FIGURE})")
     if check_targets is not None:
         exit_if_targets_missed(result, args.strict)
     return result

@@ -52,19 +52,20 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import shlex  # noqa: E402
 import sys  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
-from typing import Any  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from types import ModuleType  # noqa: E402
 
 import tyro  # noqa: E402
 
+from ecrl.reporting import run_benchmark  # noqa: E402
 from ecrl.scripts import bench_diffusion, bench_envs, bench_planners, bench_policies  # noqa: E402
 
 # name -> (typed arguments, run(args, command)).
-BENCHMARKS: dict[str, tuple[type, Callable[[Any, str], dict[str, Any]]]] = {
-    "envs": (bench_envs.EnvsArgs, bench_envs.run),
-    "policies": (bench_policies.PoliciesArgs, bench_policies.run),
-    "diffusion": (bench_diffusion.DiffusionArgs, bench_diffusion.run),
-    "planners": (bench_planners.PlannersArgs, bench_planners.run),
+BENCHMARKS: dict[str, tuple[type, ModuleType]] = {
+    "envs": (bench_envs.EnvsArgs, bench_envs),
+    "policies": (bench_policies.PoliciesArgs, bench_policies),
+    "diffusion": (bench_diffusion.DiffusionArgs, bench_diffusion),
+    "planners": (bench_planners.PlannersArgs, bench_planners),
 }
 
 
@@ -74,8 +75,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = tyro.extras.subcommand_cli_from_dict(
         {name: cls for name, (cls, _) in BENCHMARKS.items()}, prog="ecrl-bench", description=__doc__, args=argv
     )
-    run = next(fn for cls, fn in BENCHMARKS.values() if isinstance(args, cls))
-    run(args, shlex.join(["ecrl-bench", *argv]))
+    bench = next(module for cls, module in BENCHMARKS.values() if isinstance(args, cls))
+    run_benchmark(args, shlex.join(["ecrl-bench", *argv]), bench)
 
 
 if __name__ == "__main__":

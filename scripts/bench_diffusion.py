@@ -48,7 +48,7 @@ from ecrl.diffusion.train import DiffusionTrainConfig, planner_policy  # noqa: E
 from ecrl.entities import ENTITY_FIELDS, GOAL_FIELDS  # noqa: E402
 from ecrl.envs import MAX_OBJECTS  # noqa: E402
 from ecrl.policy import Policy  # noqa: E402
-from ecrl.reporting import markdown_table, report_header, run_benchmark  # noqa: E402
+from ecrl.reporting import markdown_table, report_header  # noqa: E402
 from ecrl.scripts.bench_policies import rollout_observations  # noqa: E402
 
 _TRAIN = DiffusionTrainConfig()
@@ -570,14 +570,4 @@ def write_readme(path: Path, command: str, args: DiffusionArgs, result: dict[str
     path.write_text("\n".join(lines) + "\n")
 
 
-def run(args: DiffusionArgs, command: str) -> dict[str, Any]:
-    """Measure, print, write every output to ``args.out`` and return what ``bench.json`` holds."""
-    return run_benchmark(
-        args,
-        command,
-        measure,
-        tables,
-        readme=lambda path, result: write_readme(path, command, args, result),
-        figures={"speed.png": lambda path, result: plot(result, args, path)},
-        check_targets=check_targets,
-    )
+FIGURE = "speed.png"

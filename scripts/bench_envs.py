@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 
 from ecrl.envs import MAX_OBJECTS  # noqa: E402
 from ecrl.envs.scene import SUBSTEPS, TIMESTEP  # noqa: E402
-from ecrl.reporting import report_header, run_benchmark  # noqa: E402
+from ecrl.reporting import report_header  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -309,7 +309,7 @@ def tables(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot(result: dict[str, Any], path: Path) -> None:
+def plot(result: dict[str, Any], args: EnvsArgs, path: Path) -> None:
     """Steps/s vs N (log scale) with the physics floor and FetchPush-v4 as reference lines."""
     import matplotlib
 
@@ -354,18 +354,10 @@ def write_readme(path: Path, command: str, args: EnvsArgs, result: dict[str, Any
     path.write_text("\n".join(lines) + "\n")
 
 
-def run(args: EnvsArgs, command: str) -> dict[str, Any]:
-    """Measure, print, write every output to ``args.out`` and return what ``bench_envs.json`` holds."""
-    return run_benchmark(
-        args,
-        command,
-        measure,
-        tables,
-        readme=lambda path, result: write_readme(path, command, args, result),
-        figures={"steps_per_s.png": lambda path, result: plot(result, path)},
-        check_targets=check_targets,
-        json_name="bench_envs.json",
-        reduce=args.reduce,
-        substeps=SUBSTEPS,
-        timestep=TIMESTEP,
-    )
+FIGURE = "steps_per_s.png"
+JSON_NAME = "bench_envs.json"
+
+
+def record_extra(args: EnvsArgs) -> dict[str, Any]:
+    """Constants recorded in the JSON beside the arguments."""
+    return {"reduce": args.reduce, "substeps": SUBSTEPS, "timestep": TIMESTEP}

@@ -51,7 +51,7 @@ import tyro  # noqa: E402
 import ecrl  # noqa: E402
 from ecrl.evaluation import EVAL_SEED, check_settings, evaluate  # noqa: E402
 from ecrl.policy import Policy  # noqa: E402
-from ecrl.reporting import markdown_table, report_header, run_benchmark  # noqa: E402
+from ecrl.reporting import markdown_table, report_header  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -334,7 +334,7 @@ def tables(result: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def plot(result: dict[str, Any], path: Path) -> None:
+def plot(result: dict[str, Any], args: PlannersArgs, path: Path) -> None:
     """Success (bars, 95% Wilson CI) and mean planning ms per env step (bars; medians as dots) per planner and N."""
     import matplotlib
 
@@ -378,7 +378,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def write_readme(path: Path, command: str, result: dict[str, Any]) -> None:
+def write_readme(path: Path, command: str, args: PlannersArgs, result: dict[str, Any]) -> None:
     m, task = result["machine"], result["task"]
     where = f"split `{task['split']}` (`test`: held-out combinations)" if task["split"] else "random objects (no split)"
     end = "at the first step with every object placed" if task["stop_on_success"] else "at the horizon"
@@ -402,13 +402,4 @@ def write_readme(path: Path, command: str, result: dict[str, Any]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def run(args: PlannersArgs, command: str) -> dict[str, Any]:
-    """Measure, print, write every output to ``args.out`` and return what ``bench.json`` holds."""
-    return run_benchmark(
-        args,
-        command,
-        measure,
-        tables,
-        readme=lambda path, result: write_readme(path, command, result),
-        figures={"planners.png": lambda path, result: plot(result, path)},
-    )
+FIGURE = "planners.png"

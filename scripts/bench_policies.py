@@ -38,7 +38,7 @@ import torch  # noqa: E402
 from ecrl.envs import MAX_OBJECTS  # noqa: E402
 from ecrl.envs.task import default_horizon  # noqa: E402
 from ecrl.policies.nets import NetConfig  # noqa: E402
-from ecrl.reporting import markdown_table, report_header, run_benchmark  # noqa: E402
+from ecrl.reporting import markdown_table, report_header  # noqa: E402
 from ecrl.scripts.bench_envs import time_calls  # noqa: E402
 
 _DEFAULT_NET = NetConfig()
@@ -365,14 +365,4 @@ def write_readme(path: Path, command: str, args: PoliciesArgs, result: dict[str,
     path.write_text("\n".join(lines) + "\n")
 
 
-def run(args: PoliciesArgs, command: str) -> dict[str, Any]:
-    """Measure, print, write every output to ``args.out`` and return what ``bench.json`` holds."""
-    return run_benchmark(
-        args,
-        command,
-        measure,
-        tables,
-        readme=lambda path, result: write_readme(path, command, args, result),
-        figures={"speed.png": lambda path, result: plot(result, args, path)},
-        check_targets=check_targets,
-    )
+FIGURE = "speed.png"
