@@ -1,6 +1,8 @@
 """Shared pieces of the diffusion training tests: a tiny training config on a tiny dataset."""
 
-from ecrl.diffusion.train import DiffusionTrainConfig
+import json
+
+from ecrl.diffusion.train import DiffusionTrainConfig, train
 
 TINY_TRAINING = {
     "width": 16,
@@ -24,3 +26,13 @@ TINY_TRAINING = {
 def tiny_train_config(dataset, runs, **kwargs) -> DiffusionTrainConfig:
     """A training config that runs in about a second on ``dataset``, writing ``runs/tiny``."""
     return DiffusionTrainConfig(**{**TINY_TRAINING, "dataset": dataset, "runs_dir": runs, **kwargs})
+
+
+def resume_to_six_steps(config: DiffusionTrainConfig, run) -> None:
+    """Resume ``run`` (trained for 4 steps) with ``config`` (steps=6): the step counter, the checkpoint and
+    the session log continue from step 4."""
+    resumed = train(config, resume=run)
+    assert resumed.steps == 6
+    sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
+    assert [s["start_step"] for s in sessions if "start_step" in s] == [0, 4]
+    assert json.loads((run / "checkpoints" / "latest" / "training.json").read_text())["step"] == 6

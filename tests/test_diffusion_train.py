@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from diffusion_helpers import tiny_train_config
+from diffusion_helpers import resume_to_six_steps, tiny_train_config
 
 import ecrl
 import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
@@ -102,11 +102,7 @@ def test_training_writes_the_run_directory_and_resume_continues(push1_demos, tmp
     assert rollout(policy, 3, 2).shape == (2, 2)
 
     # A larger budget on resume extends the run from its checkpoint; the rest of the config is the run's own.
-    resumed = train(tiny_config(push1_demos, tmp_path, steps=6, width=999), resume=run)
-    assert resumed.steps == 6
-    sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
-    assert [s["start_step"] for s in sessions if "start_step" in s] == [0, 4]
-    assert json.loads((latest / "training.json").read_text())["step"] == 6
+    resume_to_six_steps(tiny_config(push1_demos, tmp_path, steps=6, width=999), run)
     assert ecrl.load(run).module.denoiser.config.width == 16
 
 
