@@ -2,6 +2,9 @@
 
 import json
 
+import gymnasium as gym
+import numpy as np
+
 from ecrl.diffusion.train import DiffusionTrainConfig, train
 
 TINY_TRAINING = {
@@ -36,3 +39,18 @@ def resume_to_six_steps(config: DiffusionTrainConfig, run) -> None:
     sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
     assert [s["start_step"] for s in sessions if "start_step" in s] == [0, 4]
     assert json.loads((run / "checkpoints" / "latest" / "training.json").read_text())["step"] == 6
+
+
+def rollout(policy, n_objects: int, steps: int, seed: int = 0) -> np.ndarray:
+    """The actions ``(steps, 2)`` of ``policy`` (reset first) in ``ecrl/Push-v0`` with ``n_objects`` objects."""
+    import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
+
+    env = gym.make("ecrl/Push-v0", n_objects=n_objects)
+    obs, _ = env.reset(seed=seed)
+    policy.reset()
+    actions = []
+    for _ in range(steps):
+        actions.append(policy.act(obs))
+        obs = env.step(actions[-1])[0]
+    env.close()
+    return np.stack(actions)

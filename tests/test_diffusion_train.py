@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from diffusion_helpers import resume_to_six_steps, tiny_train_config
+from diffusion_helpers import resume_to_six_steps, rollout, tiny_train_config
 
 import ecrl
 import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
@@ -16,18 +16,6 @@ from ecrl.diffusion.train import planner_policy, train
 from ecrl.scripts.train_diffusion import main
 
 TINY = DenoiserConfig(width=16, heads=2, blocks=1, horizon=4, diffusion_steps=20)
-
-
-def rollout(policy, n_objects: int, steps: int, seed: int = 0) -> np.ndarray:
-    env = gym.make("ecrl/Push-v0", n_objects=n_objects)
-    obs, _ = env.reset(seed=seed)
-    policy.reset()
-    actions = []
-    for _ in range(steps):
-        actions.append(policy.act(obs))
-        obs = env.step(actions[-1])[0]
-    env.close()
-    return np.stack(actions)
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,10 @@
 
 import json
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from diffusion_helpers import resume_to_six_steps, tiny_train_config
+from diffusion_helpers import resume_to_six_steps, rollout, tiny_train_config
 from safetensors.torch import load_file
 from torch import nn
 
@@ -163,18 +162,6 @@ def test_subgoal_windows_take_every_kth_state_and_the_mean_action_per_stride():
 
 
 # ---------------------------------------------------------------------------------------------- the planner
-
-
-def rollout(policy, n_objects: int, steps: int, seed: int = 0) -> np.ndarray:
-    env = gym.make("ecrl/Push-v0", n_objects=n_objects)
-    obs, _ = env.reset(seed=seed)
-    policy.reset()
-    actions = []
-    for _ in range(steps):
-        actions.append(policy.act(obs))
-        obs = env.step(actions[-1])[0]
-    env.close()
-    return np.stack(actions)
 
 
 def test_planner_acts_for_1_to_8_objects_and_round_trips_through_ecrl_load(tmp_path):
