@@ -177,7 +177,8 @@ class DiffusionTrainConfig:
             problems.append(f"subgoal_action_weight must be >= 0, got {self.subgoal_action_weight}")
         return problems
 
-    def _denoiser(self, horizon: int) -> DenoiserConfig:
+    def denoiser_config(self, horizon: int) -> DenoiserConfig:
+        """This run's denoiser size with a plan of ``horizon`` steps."""
         return DenoiserConfig(
             width=self.width,
             heads=self.heads,
@@ -192,17 +193,17 @@ class DiffusionTrainConfig:
     @property
     def denoiser(self) -> DenoiserConfig:
         """The flat planner's denoiser."""
-        return self._denoiser(self.horizon)
+        return self.denoiser_config(self.horizon)
 
     @property
     def subgoal_denoiser(self) -> DenoiserConfig:
         """The hierarchical planner's high level: ``subgoal_horizon`` jumps."""
-        return self._denoiser(self.subgoal_horizon)
+        return self.denoiser_config(self.subgoal_horizon)
 
     @property
     def segment_denoiser(self) -> DenoiserConfig:
         """The hierarchical planner's low level: ``subgoal_every`` steps, the last one given."""
-        return self._denoiser(self.subgoal_every)
+        return self.denoiser_config(self.subgoal_every)
 
     def make_planner(self) -> DiffusionPlanner | HierarchicalPlanner:
         """A fresh (untrained) planner of this run's kind and size."""

@@ -33,7 +33,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import gc  # noqa: E402
 import time  # noqa: E402
-from dataclasses import asdict, dataclass  # noqa: E402
+from dataclasses import asdict, dataclass, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Literal  # noqa: E402
 
@@ -134,14 +134,9 @@ class DiffusionArgs:
         self.denoiser_config(8)  # validates width/heads
 
     def denoiser_config(self, horizon: int) -> DenoiserConfig:
-        return DenoiserConfig(
-            width=self.width,
-            heads=self.heads,
-            blocks=self.blocks,
-            mlp_ratio=self.mlp_ratio,
-            horizon=horizon,
-            diffusion_steps=self.diffusion_steps,
-        )
+        """The training recipe's denoiser with this benchmark's size."""
+        sizes = ("width", "heads", "blocks", "mlp_ratio", "diffusion_steps")
+        return replace(_TRAIN, **{k: getattr(self, k) for k in sizes}).denoiser_config(horizon)
 
 
 # ---------------------------------------------------------------------------------------- helpers
