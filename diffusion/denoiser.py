@@ -28,12 +28,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from einops import rearrange
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from ecrl.attention import AttentionBlock, MultiHeadAttention, mlp
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
-from ecrl.policy import CheckpointError
+from ecrl.policy import CheckpointError, load_weights, read_config
 
 __all__ = [
     "DYNAMIC_DIM",
@@ -435,24 +435,10 @@ def load_denoiser(path: str | Path, device: str | torch.device = "cpu") -> Entit
     root = root.parent if root.is_file() else root
     if not (root / CONFIG).is_file() or not (root / WEIGHTS).is_file():
         raise CheckpointError(f"{path} is not a denoiser checkpoint: expected a directory with {CONFIG} and {WEIGHTS}")
-    try:
-        meta = json.loads((root / CONFIG).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{root / CONFIG} is not valid JSON: {e}") from e
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{root / CONFIG} is not a denoiser config (format != {FORMAT!r})")
-    if meta.get("version") != VERSION:
-        raise CheckpointError(f"{root / CONFIG}: unsupported version {meta.get('version')!r} (expected {VERSION})")
+    meta = read_config(root / CONFIG, FORMAT, VERSION, "a denoiser config")
     try:
         model = EntityDenoiser(DenoiserConfig(**meta["config"]))
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{root / CONFIG} does not describe a denoiser: {e!r}") from e
-    try:
-        state = load_file(str(root / WEIGHTS))
-    except Exception as e:  # safetensors raises its own error types for corrupt files
-        raise CheckpointError(f"{root / WEIGHTS} is not a readable safetensors file: {e}") from e
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as e:
-        raise CheckpointError(f"{root / WEIGHTS} does not fit the denoiser in {CONFIG}: {e}") from e
+    load_weights(model, root / WEIGHTS, root / CONFIG)
     return model.to(device)

@@ -160,17 +160,36 @@ def _builder(name: str):
         raise CheckpointError(f"checkpoint builder {name!r} cannot be found: {e}") from e
 
 
+def read_config(path: Path, fmt: str, version: int, what: str) -> dict[str, Any]:
+    """The JSON config ``path`` of a checkpoint, checked to be ``what`` (e.g. "an ecrl policy config"):
+    format ``fmt``, ``version``."""
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not valid JSON: {e}") from e
+    if not isinstance(config, dict) or config.get("format") != fmt:
+        raise CheckpointError(f"{path} is not {what} (format != {fmt!r})")
+    if config.get("version") != version:
+        raise CheckpointError(f"{path}: unsupported version {config.get('version')!r} (expected {version})")
+    return config
+
+
+def load_weights(module: nn.Module, path: Path, config_path: Path) -> None:
+    """Load the safetensors file ``path`` into ``module`` (built from ``config_path``), or raise CheckpointError."""
+    try:
+        state = load_file(str(path))
+    except Exception as e:  # safetensors raises its own error types for corrupt files
+        raise CheckpointError(f"{path} is not a readable safetensors file: {e}") from e
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as e:
+        raise CheckpointError(f"{path} does not fit the model in {config_path.name}: {e}") from e
+
+
 def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
     """Load a policy saved by :meth:`Policy.save` (or the latest/final one of a run directory)."""
     root = _resolve(Path(path))
-    try:
-        config = json.loads((root / CONFIG).read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{root / CONFIG} is not valid JSON: {e}") from e
-    if not isinstance(config, dict) or config.get("format") != FORMAT:
-        raise CheckpointError(f"{root / CONFIG} is not an ecrl policy config (format != {FORMAT!r})")
-    if config.get("version") != VERSION:
-        raise CheckpointError(f"{root / CONFIG}: unsupported version {config.get('version')!r} (expected {VERSION})")
+    config = read_config(root / CONFIG, FORMAT, VERSION, "an ecrl policy config")
     if not (root / WEIGHTS).exists():
         raise CheckpointError(f"{root} has {CONFIG} but no {WEIGHTS}")
     try:
@@ -179,14 +198,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
         raise
     except (KeyError, TypeError, ValueError) as e:  # kwargs (or keys) that build no model
         raise CheckpointError(f"{root / CONFIG} does not describe a model that can be built: {e!r}") from e
-    try:
-        state = load_file(str(root / WEIGHTS))
-    except Exception as e:  # safetensors raises its own error types for corrupt files
-        raise CheckpointError(f"{root / WEIGHTS} is not a readable safetensors file: {e}") from e
-    try:
-        module.load_state_dict(state)
-    except RuntimeError as e:
-        raise CheckpointError(f"{root / WEIGHTS} does not fit the model in {CONFIG}: {e}") from e
+    load_weights(module, root / WEIGHTS, root / CONFIG)
     return Policy(
         module.to(device),
         np.asarray(config["action_low"]),
