@@ -20,7 +20,6 @@ start or resume). ``--resume RUN`` continues a killed run from its last checkpoi
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import shutil
@@ -44,6 +43,7 @@ from ecrl.diffusion.schedule import EMA, LossTerms, loss
 from ecrl.evaluation import evaluate, log_tensorboard, scalars
 from ecrl.policy import Policy
 from ecrl.reporting import provenance
+from ecrl.training import append_csv, warmup_cosine
 
 __all__ = ["DiffusionTrainConfig", "DiffusionTrainResult", "planner_policy", "train"]
 
@@ -271,13 +271,6 @@ def _denoisers(planner: DiffusionPlanner | HierarchicalPlanner) -> dict[str, Ent
     return {"": planner.denoiser}
 
 
-def _lr_factor(step: int, config: DiffusionTrainConfig) -> float:
-    if step < config.warmup:
-        return (step + 1) / config.warmup
-    progress = (step - config.warmup) / max(1, config.steps - config.warmup)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
 def _run_dir(config: DiffusionTrainConfig) -> Path:
     algo = "diffusion" if config.planner == "flat" else "hdiffusion"
     name = config.name or f"{config.dataset.name}__{algo}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
@@ -380,13 +373,7 @@ def _evaluate(trainer: _Trainer, task: dict[str, Any], writer: SummaryWriter, ru
     )
     log_tensorboard(report, writer, trainer.step)
     row = {"train/gradient_steps": trainer.step, **scalars(report)}
-    progress = run_dir / "tb" / "progress.csv"
-    new = not progress.exists()
-    with progress.open("a", newline="") as f:
-        out = csv.DictWriter(f, fieldnames=list(row))
-        if new:
-            out.writeheader()
-        out.writerow(row)
+    append_csv(run_dir / "tb" / "progress.csv", row)
     return {f"{r.part}/n{r.n_objects}": float(np.mean(r.success)) for r in report.results}
 
 
@@ -467,7 +454,7 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
         model.train()
     while trainer.step < config.steps:
         for group in trainer.optimizer.param_groups:
-            group["lr"] = config.lr * _lr_factor(trainer.step, config)
+            group["lr"] = config.lr * warmup_cosine(trainer.step, config.warmup, config.steps)
         terms = trainer.losses(dataset)
         trainer.optimizer.zero_grad(set_to_none=True)
         sum(t.total for t in terms.values()).backward()

@@ -45,7 +45,19 @@ array                   shape                   dtype      meaning
 ``success``             ``(E,)``                bool       every object placed at the episode's end
 ``task_json``           ``(L,)``                uint8      UTF-8 JSON list of the E tasks
                                                            (``TaskSpec.to_dict``)
+``pixels``              ``(S + E, V, P, P, 3)``  uint8     only in a pixel dataset (below): RGB frames
+                                                           of every state from ``V`` cameras
+``segmentation``        ``(S + E, V, P, P)``    uint8      only in a pixel dataset: per-pixel labels,
+                                                           0 background, 1 the agent, ``i + 2`` object
+                                                           ``i`` (``labels - 1`` indexes ``observation``)
 ======================  ======================  =========  =============================================
+
+A *pixel dataset* (``ecrl-collect --pixels P``) also records, for every state, ``P`` × ``P`` RGB
+frames from the cameras ``meta["pixels"]["cameras"]`` and MuJoCo's segmentation of them; its
+``meta.json`` has ``pixels = {"size": P, "cameras": [...]}`` (``null`` otherwise), and every
+collection appended to it must render the same way. ``--random-actions p`` replaces each action,
+with probability ``p``, by a uniformly random one (flagged in ``expert_random``): ``p = 1`` gives
+random rollouts, whose frames show the objects in places an expert would not push them to.
 
 Everything loads with ``np.load(..., allow_pickle=False)``. Once every object is placed the
 scripted expert idles; an episode keeps at most ``idle_steps`` idle steps (zero action in a solved
@@ -80,6 +92,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ecrl.envs import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, ScriptedExpert, TaskSpec
+from ecrl.envs.scene import CAMERAS
 from ecrl.evaluation import EVAL_SEED, BatchPolicy, check_settings, describe
 from ecrl.reporting import provenance
 
@@ -101,6 +114,7 @@ ACTION_DIM = 2
 _STEP_KEYS = ("action", "reward", "is_success", "expert_random")
 _EPISODE_KEYS = ("episode_starts", "episode_lengths", "n_objects", "seed", "success")
 SHARD_KEYS = ("observation", "achieved_goal", "desired_goal", *_STEP_KEYS, *_EPISODE_KEYS, "task_json")
+PIXEL_KEYS = ("pixels", "segmentation")
 
 
 class DatasetError(ValueError):
@@ -118,7 +132,7 @@ class Episode:
         action: ``(T, 2)`` actions in ``[-1, 1]``.
         reward: ``(T,)`` env rewards.
         is_success: ``(T,)`` bool, every object placed after the step.
-        expert_random: ``(T,)`` bool, the expert's random steps out of a stall.
+        expert_random: ``(T,)`` bool, the expert's random steps out of a stall (or ``--random-actions``).
         task: the episode's task.
         seed: the reset seed.
         success: every object placed at the end.
@@ -134,6 +148,10 @@ class Episode:
     task: TaskSpec
     seed: int
     success: bool
+    pixels: np.ndarray | None = None
+    """``(T + 1, V, P, P, 3)`` uint8 RGB frames of every state (pixel datasets only)."""
+    segmentation: np.ndarray | None = None
+    """``(T + 1, V, P, P)`` uint8 labels: 0 background, 1 agent, ``i + 2`` object ``i`` (pixel datasets only)."""
 
     def __len__(self) -> int:
         return len(self.action)
@@ -176,6 +194,12 @@ class CollectConfig:
     """Environments run side by side (a policy acts on all of them in one call)."""
     progress: bool = True
     """Show a progress bar."""
+    pixels: int | None = None
+    """Also record RGB frames and segmentation masks of every state, this many pixels square (16 … 256)."""
+    cameras: tuple[str, ...] = ("front", "top")
+    """Cameras the frames come from (with ``--pixels``)."""
+    random_actions: float = 0.0
+    """Probability that a step's action is replaced by a uniformly random one (1: random rollouts)."""
 
     def __post_init__(self) -> None:
         self.n_objects, self.parts = tuple(int(n) for n in self.n_objects), tuple(self.parts)
@@ -186,6 +210,14 @@ class CollectConfig:
             raise ValueError(f"shard_episodes must be >= 1, got {self.shard_episodes}")
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
+        self.cameras = tuple(self.cameras)
+        if self.pixels is not None and not 16 <= self.pixels <= 256:
+            raise ValueError(f"pixels must be an image size in 16 … 256, got {self.pixels}")
+        unknown = [c for c in self.cameras if c not in CAMERAS]
+        if unknown or not self.cameras:
+            raise ValueError(f"cameras must be a non-empty selection of {list(CAMERAS)}, got {list(self.cameras)}")
+        if not 0.0 <= self.random_actions <= 1.0:
+            raise ValueError(f"random_actions must be a probability in [0, 1], got {self.random_actions}")
 
 
 @dataclass
@@ -235,11 +267,27 @@ class _Policy:
         return actions, np.zeros(len(active), bool)
 
 
-def _rollout(envs: list[gym.Env], seeds: list[int], actor: _Expert | _Policy, idle_steps: int | None) -> list[Episode]:
+def _frames(env: Any, cameras: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``(V, P, P, 3)`` RGB frames and ``(V, P, P)`` segmentation labels of ``env``'s current state."""
+    rgb = env.render_views(tuple(cameras))
+    return np.stack([rgb[c] for c in cameras]), np.stack([env.render_segmentation(c) for c in cameras]).astype(np.uint8)
+
+
+def _rollout(
+    envs: list[gym.Env],
+    seeds: list[int],
+    actor: _Expert | _Policy,
+    idle_steps: int | None,
+    cameras: Sequence[str] | None = None,
+    random_actions: float = 0.0,
+) -> list[Episode]:
     """One episode per env, side by side; an episode ends at the horizon or after ``idle_steps`` idle steps.
 
     A step is *idle* when every object is already placed and the action is zero (the scripted
     expert's "nothing to do"); the idle steps before the cut stay in the data: they show how to stop.
+    With ``cameras``, every state is rendered from them too. With ``random_actions = p``, each action
+    is replaced by a uniform random one with probability ``p`` (drawn from a generator seeded by the
+    episode seeds, so a collection stays deterministic).
     """
     resets = [env.reset(seed=s) for env, s in zip(envs, seeds, strict=True)]
     actor.reset(envs, seeds)
@@ -247,10 +295,16 @@ def _rollout(envs: list[gym.Env], seeds: list[int], actor: _Expert | _Policy, id
     obs = [o for o, _ in resets]
     solved = np.array([info["is_success"] for _, info in resets])
     states: list[list[dict[str, np.ndarray]]] = [[o] for o in obs]
+    frames = [[_frames(env.unwrapped, cameras)] if cameras else [] for env in envs]
     steps: list[list[tuple]] = [[] for _ in range(b)]
     idle, active = np.zeros(b, np.int64), np.ones(b, bool)
+    rng = np.random.default_rng([0xEC, *seeds])
     while active.any():
         actions, random = actor.act({k: np.stack([o[k] for o in obs]) for k in obs[0]}, active)
+        if random_actions > 0:
+            swap = rng.random(b) < random_actions
+            actions = np.where(swap[:, None], rng.uniform(-1, 1, actions.shape), actions).astype(np.float32)
+            random = random | swap
         for i in np.flatnonzero(active):
             idle[i] = idle[i] + 1 if solved[i] and not actions[i].any() else 0
             if idle_steps is not None and idle[i] > idle_steps:
@@ -259,16 +313,26 @@ def _rollout(envs: list[gym.Env], seeds: list[int], actor: _Expert | _Policy, id
             obs[i], reward, terminated, truncated, info = envs[i].step(actions[i])
             solved[i] = info["is_success"]
             states[i].append(obs[i])
+            if cameras:
+                frames[i].append(_frames(envs[i].unwrapped, cameras))
             steps[i].append((actions[i], reward, info["is_success"], random[i]))
             active[i] = not (terminated or truncated)
     return [
-        _episode(env.unwrapped, seed, s, t, bool(ok))
-        for env, seed, s, t, ok in zip(envs, seeds, states, steps, solved, strict=True)
+        _episode(env.unwrapped, seed, s, t, bool(ok), f)
+        for env, seed, s, t, ok, f in zip(envs, seeds, states, steps, solved, frames, strict=True)
     ]
 
 
-def _episode(env: Any, seed: int, states: list[dict[str, np.ndarray]], steps: list[tuple], success: bool) -> Episode:
-    """An :class:`Episode` from the observations and ``(action, reward, is_success, random)`` steps of a rollout."""
+def _episode(
+    env: Any,
+    seed: int,
+    states: list[dict[str, np.ndarray]],
+    steps: list[tuple],
+    success: bool,
+    frames: list[tuple[np.ndarray, np.ndarray]] | None = None,
+) -> Episode:
+    """An :class:`Episode` from the observations, ``(action, reward, is_success, random)`` steps and
+    (optionally) ``(rgb, segmentation)`` frames of a rollout."""
     n = env.n_objects
     desired = states[0]["desired_goal"][:n]
     if not np.array_equal(states[-1]["desired_goal"][:n], desired):
@@ -285,6 +349,8 @@ def _episode(env: Any, seed: int, states: list[dict[str, np.ndarray]], steps: li
         task=env.spec_,
         seed=int(seed),
         success=success,
+        pixels=np.stack([f[0] for f in frames]) if frames else None,
+        segmentation=np.stack([f[1] for f in frames]) if frames else None,
     )
 
 
@@ -313,7 +379,16 @@ def collect_dataset(
             (with ``append``) the seeds would repeat episodes already in it.
     """
     config = config or CollectConfig()
+    if config.random_actions == 1 and config.only_success:
+        raise ValueError("random_actions = 1 rolls out no expert at all, so keep failures too (only_success=False)")
     writer = _Writer(Path(path), append, config.shard_episodes)
+    pixels = {"size": config.pixels, "cameras": list(config.cameras)} if config.pixels else None
+    if writer.meta["episodes"] and writer.meta.get("pixels") != pixels:
+        raise DatasetError(
+            f"{path} was collected with pixels = {writer.meta.get('pixels')}, this collection would add "
+            f"{pixels}; a dataset renders every episode the same way"
+        )
+    writer.meta["pixels"] = pixels
     seed = writer.meta["next_seed"] if config.seed is None else config.seed
     total = len(config.parts) * len(config.n_objects) * config.episodes
     writer.check_seeds(seed, seed + total)
@@ -344,12 +419,16 @@ def collect_dataset(
     for part in config.parts:
         for n in config.n_objects:
             env_kwargs = {"n_objects": n, "goal": config.goal, "n_max": config.n_max, "reward_type": config.reward}
+            if config.pixels:
+                env_kwargs.update(width=config.pixels, height=config.pixels)
             if config.split:
                 env_kwargs.update(split=config.split, part=part)
             envs = [gym.make("ecrl/Push-v0", **env_kwargs) for _ in range(min(config.batch_size, config.episodes))]
             for first in range(0, config.episodes, config.batch_size):
                 chunk = envs[: min(config.batch_size, config.episodes - first)]
-                for episode in _rollout(chunk, list(range(k, k + len(chunk))), actor, config.idle_steps):
+                seeds = list(range(k, k + len(chunk)))
+                cameras = config.cameras if config.pixels else None
+                for episode in _rollout(chunk, seeds, actor, config.idle_steps, cameras, config.random_actions):
                     if episode.success or not config.only_success:
                         writer.add(episode)
                         record["kept"] += 1
@@ -389,6 +468,7 @@ def _empty_meta() -> dict[str, Any]:
         "steps": 0,
         "dropped": 0,
         "next_seed": 0,
+        "pixels": None,
         "shards": [],
         "collections": [],
     }
@@ -417,6 +497,11 @@ def _shard_arrays(episodes: Sequence[Episode]) -> dict[str, np.ndarray]:
         "seed": np.array([e.seed for e in episodes], np.int64),
         "success": np.array([e.success for e in episodes], bool),
         "task_json": np.frombuffer(tasks, np.uint8),
+        **(
+            {key: np.concatenate([getattr(e, key) for e in episodes]) for key in PIXEL_KEYS}
+            if episodes[0].pixels is not None
+            else {}
+        ),
     }
 
 
@@ -540,15 +625,17 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
-def _load_shard(path: Path, entry: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """The arrays of one shard, checked against each other and against its ``meta.json`` entry."""
+def _load_shard(path: Path, entry: Mapping[str, Any], pixels: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of one shard, checked against each other and against its ``meta.json`` entry
+    (``pixels``: the dataset's ``meta["pixels"]``)."""
     file = path / entry["file"]
+    keys = SHARD_KEYS + (PIXEL_KEYS if pixels else ())
     try:
         with np.load(file, allow_pickle=False) as data:
-            missing = set(SHARD_KEYS) - set(data.files)
+            missing = set(keys) - set(data.files)
             if missing:
-                raise DatasetError(f"{file} lacks arrays {sorted(missing)}; expected {list(SHARD_KEYS)}")
-            arrays = {key: data[key] for key in SHARD_KEYS}
+                raise DatasetError(f"{file} lacks arrays {sorted(missing)}; expected {list(keys)}")
+            arrays = {key: data[key] for key in keys}
     except FileNotFoundError as e:
         raise DatasetError(f"{file} is listed in {path / META} but missing") from e
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
@@ -565,6 +652,9 @@ def _load_shard(path: Path, entry: Mapping[str, Any]) -> dict[str, np.ndarray]:
         **{key: (s,) for key in _STEP_KEYS[1:]},
         **{key: (e,) for key in _EPISODE_KEYS},
     }
+    if pixels:
+        v, size = len(pixels["cameras"]), pixels["size"]
+        expected.update(pixels=(s + e, v, size, size, 3), segmentation=(s + e, v, size, size))
     for key, shape in expected.items():
         if arrays[key].shape != shape:
             raise DatasetError(
@@ -608,6 +698,9 @@ class DemoDataset:
         action, reward, is_success, expert_random: ``(S, 2)``, ``(S,)``: steps, from ``step_starts[e]``.
         desired_goal: ``(E, n_max, GOAL_DIM)``.
         lengths, n_objects, seeds, success: ``(E,)`` per episode.
+        pixels, segmentation: ``(S + E, V, P, P, 3)`` and ``(S + E, V, P, P)`` uint8 frames of every
+            state, aligned with ``observation`` (``None`` unless it is a pixel dataset).
+        cameras: the cameras of the frames (empty unless it is a pixel dataset).
 
     Raises:
         DatasetError: the directory is missing, or its ``meta.json`` or a shard is unreadable, of
@@ -617,7 +710,8 @@ class DemoDataset:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.meta = read_meta(self.path)
-        shards = [_load_shard(self.path, entry) for entry in self.meta["shards"]]
+        self.pixel_meta = self.meta.get("pixels")
+        shards = [_load_shard(self.path, entry, self.pixel_meta) for entry in self.meta["shards"]]
         counts = {"episodes": sum(len(s["seed"]) for s in shards), "steps": sum(len(s["action"]) for s in shards)}
         if counts != {k: self.meta[k] for k in counts}:
             raise DatasetError(
@@ -634,6 +728,8 @@ class DemoDataset:
             self.is_success, self.expert_random = cat("is_success"), cat("expert_random")
             self.lengths, self.n_objects = cat("episode_lengths"), cat("n_objects")
             self.seeds, self.success = cat("seed"), cat("success")
+            self.pixels = cat("pixels") if self.pixel_meta else None
+            self.segmentation = cat("segmentation") if self.pixel_meta else None
         else:
             self._empty()
         self._tasks = [t for s in shards for t in s["tasks"]]
@@ -649,6 +745,11 @@ class DemoDataset:
         self.reward = np.zeros(0, np.float32)
         self.is_success, self.expert_random, self.success = (np.zeros(0, bool) for _ in range(3))
         self.lengths, self.n_objects, self.seeds = (np.zeros(0, np.int64) for _ in range(3))
+        self.pixels = self.segmentation = None
+
+    @property
+    def cameras(self) -> tuple[str, ...]:
+        return tuple(self.pixel_meta["cameras"]) if self.pixel_meta else ()
 
     def __repr__(self) -> str:
         return f"DemoDataset({str(self.path)!r}, episodes={len(self)}, steps={self.num_steps}, n_max={self.n_max})"
@@ -687,6 +788,8 @@ class DemoDataset:
             task=self.task(i),
             seed=int(self.seeds[i]),
             success=bool(self.success[i]),
+            pixels=None if self.pixels is None else self.pixels[states],
+            segmentation=None if self.segmentation is None else self.segmentation[states],
         )
 
     def __iter__(self) -> Iterator[Episode]:

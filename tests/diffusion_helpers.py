@@ -31,10 +31,11 @@ def tiny_train_config(dataset, runs, **kwargs) -> DiffusionTrainConfig:
     return DiffusionTrainConfig(**{**TINY_TRAINING, "dataset": dataset, "runs_dir": runs, **kwargs})
 
 
-def resume_to_six_steps(config: DiffusionTrainConfig, run) -> None:
-    """Resume ``run`` (trained for 4 steps) with ``config`` (steps=6): the step counter, the checkpoint and
-    the session log continue from step 4."""
-    resumed = train(config, resume=run)
+def resume_to_six_steps(config, run, train_fn=train) -> None:
+    """Resume ``run`` (trained for 4 steps) with ``config`` (steps=6) through ``train_fn`` (diffusion's
+    ``train`` by default, or the encoders'): the step counter, the checkpoint and the session log
+    continue from step 4."""
+    resumed = train_fn(config, resume=run)
     assert resumed.steps == 6
     sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
     assert [s["start_step"] for s in sessions if "start_step" in s] == [0, 4]

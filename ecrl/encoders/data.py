@@ -1,0 +1,53 @@
+"""Camera frames of a pixel dataset (``ecrl-collect --pixels``) as encoder training and evaluation data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ecrl.datasets import DatasetError, DemoDataset
+from ecrl.envs.layout import ENTITY_FIELDS
+
+__all__ = ["Frames"]
+
+
+class Frames:
+    """The frames of some episodes of a pixel dataset, with their segmentation and object positions.
+
+    Args:
+        data: a :class:`~ecrl.datasets.DemoDataset` (or its path) recorded with ``--pixels``.
+        episodes: which of its episodes (default: all).
+
+    Attributes:
+        images: ``(M, V, P, P, 3)`` uint8 frames (a view into the dataset's arrays, no copy when
+            ``episodes`` is None).
+        segmentation: ``(M, V, P, P)`` uint8 labels (0 background, 1 agent, ``i + 2`` object ``i``).
+        positions: ``(M, n_max, 2)`` table ``(x, y)`` of each object, metres.
+        n_objects: ``(M,)`` objects in each frame.
+        cameras: the camera of each view.
+    """
+
+    def __init__(self, data: DemoDataset | str | Path, episodes: np.ndarray | None = None) -> None:
+        data = data if isinstance(data, DemoDataset) else DemoDataset(data)
+        if data.pixels is None:
+            raise DatasetError(f"{data.path} holds no frames: collect it with `ecrl-collect --pixels 64`")
+        self.path, self.cameras, self.size = data.path, data.cameras, int(data.pixel_meta["size"])
+        per_state = np.repeat(np.arange(len(data)), data.lengths + 1)
+        rows = slice(None) if episodes is None else np.flatnonzero(np.isin(per_state, np.asarray(episodes)))
+        self.images, self.segmentation = data.pixels[rows], data.segmentation[rows]
+        self.positions = data.observation[rows, 1:, ENTITY_FIELDS["position"]][..., :2]
+        self.n_objects = data.n_objects[per_state[rows]]
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    @property
+    def views(self) -> int:
+        return len(self.cameras)
+
+    def batch(self, index: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
+        """``(B, V, 3, P, P)`` float images in ``[0, 1]`` of frames ``index``."""
+        x = torch.as_tensor(self.images[index]).to(device)
+        return x.permute(0, 1, 4, 2, 3).float().div_(255)
