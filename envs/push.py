@@ -74,6 +74,10 @@ class PushEnv(gym.Env):
         render_mode: ``"rgb_array"`` or ``"depth_array"``.
         camera: the camera :meth:`render` uses (one of :data:`~ecrl.envs.scene.CAMERAS`).
         width, height: image size in pixels.
+        pixels: also observe camera images: the observation dict gains ``pixels``, ``(V, P, P, 3)``
+            uint8 RGB frames of size ``P = pixels`` from ``cameras`` (this sets the render size,
+            ``width = height = pixels``), rendered at every reset and step. ``None``: state only.
+        cameras: the cameras of the ``pixels`` observation.
     """
 
     metadata = {"render_modes": ["rgb_array", "depth_array"], "render_fps": 20}
@@ -94,6 +98,8 @@ class PushEnv(gym.Env):
         camera: str = "front",
         width: int = 96,
         height: int = 96,
+        pixels: int | None = None,
+        cameras: tuple[str, ...] = ("front", "top"),
     ) -> None:
         if isinstance(split, str):
             if split not in SPLITS:
@@ -115,6 +121,13 @@ class PushEnv(gym.Env):
             raise ValueError(f"unknown render_mode {render_mode!r}: expected one of {self.metadata['render_modes']}")
         if camera not in CAMERAS:
             raise ValueError(f"unknown camera {camera!r}: expected one of {list(CAMERAS)}")
+        cameras = tuple(cameras)
+        if pixels is not None:
+            if not 16 <= pixels <= 256:
+                raise ValueError(f"pixels must be an image size in 16 … 256, got {pixels}")
+            if not cameras or any(c not in CAMERAS for c in cameras):
+                raise ValueError(f"cameras must be a non-empty selection of {list(CAMERAS)}, got {list(cameras)}")
+            width = height = pixels
         if not (16 <= width <= 256 and 16 <= height <= 256):
             raise ValueError(f"width and height must be in 16 … 256 pixels, got {width}x{height}")
         if not distance_threshold > 0:
@@ -124,6 +137,7 @@ class PushEnv(gym.Env):
         self.reward_type, self.distance_threshold = reward_type, float(distance_threshold)
         self.table_size, self.render_mode, self.camera = float(table_size), render_mode, camera
         self.width, self.height = width, height
+        self.pixel_cameras = cameras if pixels is not None else ()
         # Fail now, not at the first reset, if N bodies cannot fit the table (random objects: a 3 cm cube at most).
         sizes = [_footprint(o.shape, o.size) for o in task.objects] if isinstance(task, TaskSpec) else []
         scatter(np.random.default_rng(0), np.full(n + 1, max(sizes, default=_footprint("cube", 0.03))), self.table_size)
@@ -144,6 +158,7 @@ class PushEnv(gym.Env):
                 "achieved_goal": gym.spaces.Box(-np.inf, np.inf, (n_max, GOAL_DIM), np.float64),
                 "desired_goal": gym.spaces.Box(-np.inf, np.inf, (n_max, GOAL_DIM), np.float64),
             }
+            | ({"pixels": gym.spaces.Box(0, 255, (len(cameras), pixels, pixels, 3), np.uint8)} if pixels else {})
         )
         self.action_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.spec_: TaskSpec | None = None
@@ -307,7 +322,10 @@ class PushEnv(gym.Env):
         self._obs_cos[...] = np.cos(self._yaw)
         self._achieved_xy[...] = objects_xy
         self._achieved = achieved = self._achieved_buf.copy()
-        return {"observation": self._obs_buf.copy(), "achieved_goal": achieved, "desired_goal": self._desired.copy()}
+        obs = {"observation": self._obs_buf.copy(), "achieved_goal": achieved, "desired_goal": self._desired.copy()}
+        if self.pixel_cameras:
+            obs["pixels"] = np.stack([self._render_with(c) for c in self.pixel_cameras])
+        return obs
 
     def _placed(self) -> np.ndarray:
         """``(N,)`` bool per target: an object is on it (and records fill times for ordered goals).

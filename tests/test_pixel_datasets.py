@@ -92,3 +92,18 @@ def test_bad_pixel_settings_are_refused(kwargs, match):
 def test_fully_random_rollouts_must_keep_failures(tmp_path):
     with pytest.raises(ValueError, match="only_success"):
         collect_dataset(tmp_path / "d", config(random_actions=1.0))
+
+
+def test_env_pixel_observations_are_the_camera_frames(pixel_data):
+    _, data = pixel_data
+    episode = data[0]
+    env = gym.make("ecrl/Push-v0", n_objects=2, pixels=32)
+    obs, _ = env.reset(seed=episode.seed)
+    assert env.observation_space.contains(obs)
+    np.testing.assert_array_equal(obs["pixels"], episode.pixels[0])
+    obs = env.step(episode.action[0])[0]
+    np.testing.assert_array_equal(obs["pixels"], episode.pixels[1])
+    env.close()
+    with pytest.raises(ValueError, match="cameras must be"):
+        gym.make("ecrl/Push-v0", n_objects=2, pixels=32, cameras=())
+    assert "pixels" not in gym.make("ecrl/Push-v0", n_objects=2).reset(seed=0)[0]
