@@ -9,6 +9,8 @@ Subcommands:
               one denoiser call, training windows/s (see `ecrl.scripts.bench_diffusion`)
     planners  trained planners side by side on one task: success (95% CI) and planning ms per env step
               (see `ecrl.scripts.bench_planners`)
+    encoders  object-centric encoders: held-out FG-ARI, object-position probe error (cm), encoded
+              images/s against MuJoCo rendering (see `ecrl.scripts.bench_encoders`)
 
 Examples:
     # the full environment benchmark (about a minute on 2 cores) -> results/bench_envs/
@@ -36,11 +38,15 @@ Examples:
     ecrl-bench planners runs/<flat-run> runs/<hierarchical-run> --labels flat hierarchical \\
         --objects 4 --goal sort --episodes 20 --out results/diffusion_hierarchical
 
+    # trained encoders side by side on held-out frames -> results/bench_encoders/
+    ecrl-bench encoders --checkpoints runs/<slot-run> runs/<particles-run> --labels slot particles
+
     # every option
     ecrl-bench envs --help
     ecrl-bench policies --help
     ecrl-bench diffusion --help
     ecrl-bench planners --help
+    ecrl-bench encoders --help
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ from types import ModuleType  # noqa: E402
 import tyro  # noqa: E402
 
 from ecrl.reporting import run_benchmark  # noqa: E402
-from ecrl.scripts import bench_diffusion, bench_envs, bench_planners, bench_policies  # noqa: E402
+from ecrl.scripts import bench_diffusion, bench_encoders, bench_envs, bench_planners, bench_policies  # noqa: E402
 
 # name -> (typed arguments, run(args, command)).
 BENCHMARKS: dict[str, tuple[type, ModuleType]] = {
@@ -66,6 +72,7 @@ BENCHMARKS: dict[str, tuple[type, ModuleType]] = {
     "policies": (bench_policies.PoliciesArgs, bench_policies),
     "diffusion": (bench_diffusion.DiffusionArgs, bench_diffusion),
     "planners": (bench_planners.PlannersArgs, bench_planners),
+    "encoders": (bench_encoders.EncodersArgs, bench_encoders),
 }
 
 

@@ -1,0 +1,526 @@
+"""A Deep-Latent-Particles encoder (Daniel & Tamar 2022; DLPv2 as used by ECRL / EC-Diffuser).
+
+Each camera image becomes ``K`` particles. A particle is a keypoint ``mu`` (x, y in ``[-1, 1]``,
+x to the right, y down) with a scale (its extent as a fraction of the image side), a depth (which
+particle is in front where they overlap), a transparency and a small visual latent. The model is a
+VAE whose latent is that set of particles:
+
+- **Prior.** A fixed (never trained) random convolution reads the image; each ``prior_patch`` square
+  patch turns the squared deviation of those features from the patch mean into a spatial softmax,
+  whose expectation is one proposal per patch; the ``prior_keypoints`` proposals with the most
+  concentrated softmax (least variance) are kept. Uniform patches (table, floor) spread their
+  softmax and drop out, small distinct things (objects, pusher, targets) concentrate it. The prior is
+  a fixed function of the image, as in DLPv2, where the proposals are detached and the prior CNN
+  never receives a gradient.
+- **Posterior.** A CNN (with coordinate channels) turns the image into ``K`` heatmaps at a quarter of
+  the resolution; their spatial softmax gives coarse keypoints. The heatmaps are read one after the
+  other, each with the image's saliency (the prior's deviation energy) added and the places of the
+  earlier keypoints suppressed (:meth:`ParticleEncoder._keypoints`): a soft non-maximum suppression
+  that puts a fresh encoder's keypoints on distinct salient things, where plain heatmaps would all
+  average to the image centre and never get a reconstruction gradient. Around each keypoint a
+  ``glimpse × glimpse`` pixel crop (``F.affine_grid`` / ``F.grid_sample``) is encoded into an offset
+  that refines the position (at most half a glimpse; the result is clamped to the image) with its
+  log-variance, and Gaussian scale, depth and visual latents (sampled in training, means in eval),
+  plus a deterministic transparency (sigmoid). The crop is taken at the detached coarse keypoint,
+  so positions learn through the decoder's placement and the KL, not through the crop.
+- **Decoder.** Each particle's visual latent decodes to an RGBA glimpse, placed into the image at
+  ``mu`` with its scale (inverse affine grid sample). Particles are composited permutation-invariantly:
+  the union of their opacities ``1 - Π (1 - a_k)`` covers the pixel, shared among the particles in
+  proportion to ``a_k · exp(-depth_k / DEPTH_TEMPERATURE)`` (a soft z-buffer: smaller depth is in
+  front); the rest shows the background. The background is a learned canvas per view (the cameras are
+  fixed) modulated by a decoded low-resolution global latent, too coarse to draw small objects, so
+  those have to be explained by particles.
+- **Loss.** MSE reconstruction, plus ``beta_glimpse`` times a glimpse loss (each particle's glimpse
+  alone against its crop, DLP's warm-up loss kept on: without it the particles fade out before their
+  decoder has learnt to draw anything), plus ``beta_kl`` times the KL per image over the number of
+  pixel values: a Chamfer-KL between posterior and prior keypoints (each posterior Gaussian to its
+  nearest prior one and each prior one to its nearest posterior), and Gaussian KLs of scale, depth,
+  visual latents and the background latent to their priors.
+
+Entity rows (before the view embedding): ``mu`` (2), scale (2), depth (1), transparency (1), visual
+latent mean (``feature_dim``): see :meth:`ParticleEncoder.fields`. Every particle is reported present (mask
+all True); a particle that explains nothing says so with its transparency, which is in the row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_images
+
+__all__ = ["PARTICLE_FIELDS", "ParticleConfig", "ParticleEncoder", "spatial_softmax"]
+
+PARTICLE_FIELDS: dict[str, slice] = {
+    "position": slice(0, 2),
+    "scale": slice(2, 4),
+    "depth": slice(4, 5),
+    "transparency": slice(5, 6),
+}
+"""The first columns of a particle's entity row; the visual latent and the view embedding follow
+(:meth:`ParticleEncoder.fields` has them all)."""
+
+PRIOR_CHANNELS = 8
+"""Channels of the prior's fixed random convolution."""
+PRIOR_TEMPERATURE = 0.05
+"""Spatial-softmax temperature of the prior, on deviation energies normalised to at most 1 per image."""
+DEPTH_TEMPERATURE = 0.25
+"""Compositing weight ``exp(-depth / DEPTH_TEMPERATURE)``: a depth 1 closer weighs e⁴ more."""
+SALIENCY_GAIN = 100.0
+"""Weight of the saliency (at most 1) in the posterior heatmap logits: sharp enough that a heatmap
+picks one salient thing rather than averaging several."""
+SUPPRESSION = 100.0
+"""Logit penalty at an earlier keypoint in later heatmaps (a Gaussian bump), as large as the saliency."""
+SUPPRESSION_CELLS = 1.0
+"""Std of that bump, in heatmap cells (4 pixels)."""
+POSITION_SIGMA_INIT = 0.02
+"""Initial posterior std of the keypoints (about half a pixel at 64 px), far below ``prior_sigma``."""
+LOGVAR_INIT = -4.0
+"""Initial posterior log-variance of scale, depth and visual latents."""
+SCALE_SIGMA = 0.5
+"""Prior std of a particle's scale logit (its mean is the glimpse's share of the image)."""
+BACKGROUND_STRIDE = 8
+"""The background latent decodes to a ``H / 8 × W / 8`` correction of the canvas."""
+CANVAS_GAIN = 8.0
+"""The canvas logits are ``CANVAS_GAIN × parameter``, so that Adam's steps move them as fast as weights."""
+_LOGVAR_RANGE = (-12.0, 6.0)
+
+
+@dataclass
+class ParticleConfig:
+    """Size and loss weights of a :class:`ParticleEncoder` (JSON-able)."""
+
+    views: int = 2
+    """Cameras ``V`` per sample."""
+    image_size: int = 64
+    """Side of the square input images in pixels: 32, 64 or 128."""
+    entities: int = 8
+    """Posterior particles ``K`` per view."""
+    prior_patch: int = 8
+    """Side in pixels of the prior's patches; each proposes one keypoint."""
+    prior_keypoints: int = 16
+    """Prior keypoints kept per image: the patches with the most concentrated spatial softmax."""
+    width: int = 32
+    """Channels of the CNNs."""
+    feature_dim: int = 8
+    """Visual latent per particle."""
+    glimpse: int = 16
+    """Side in pixels of the crop a particle is encoded from and of the glimpse it decodes to (multiple of 4)."""
+    view_dim: int = 4
+    """Width of the learned per-view embedding appended to every entity row."""
+    background_dim: int = 4
+    """Global latent of the background (per image)."""
+    beta_kl: float = 0.2
+    """Weight of the KL (nats per image) against the summed squared error of the image."""
+    beta_glimpse: float = 1.0
+    """Weight of the glimpse loss (each particle's glimpse alone against its crop, see
+    :meth:`ParticleEncoder.glimpse_loss`) against the reconstruction MSE."""
+    prior_sigma: float = 0.1
+    """Std of the prior keypoint Gaussians, in the ``[-1, 1]`` image coordinates."""
+
+    def __post_init__(self) -> None:
+        if self.image_size not in (32, 64, 128):
+            raise ValueError(f"image_size must be 32, 64 or 128, got {self.image_size}")
+        counts = {
+            "views": self.views,
+            "entities": self.entities,
+            "prior_keypoints": self.prior_keypoints,
+            "width": self.width,
+            "feature_dim": self.feature_dim,
+            "background_dim": self.background_dim,
+        }
+        for name, value in counts.items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.view_dim, int) or self.view_dim < 0:
+            raise ValueError(f"view_dim must be a non-negative integer, got {self.view_dim!r}")
+        if self.prior_patch < 2 or self.image_size % self.prior_patch:
+            raise ValueError(
+                f"prior_patch ({self.prior_patch}) must be at least 2 and divide image_size ({self.image_size})"
+            )
+        patches = (self.image_size // self.prior_patch) ** 2
+        if self.prior_keypoints > patches:
+            raise ValueError(f"prior_keypoints ({self.prior_keypoints}) exceeds the {patches} prior patches")
+        if self.glimpse % 4 or not 4 <= self.glimpse <= self.image_size:
+            raise ValueError(
+                f"glimpse must be a multiple of 4 in [4, image_size={self.image_size}], got {self.glimpse}"
+            )
+        for name in ("beta_kl", "beta_glimpse"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.prior_sigma > 0:
+            raise ValueError(f"prior_sigma must be > 0, got {self.prior_sigma}")
+
+
+def spatial_softmax(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Expected pixel-centre coordinates of ``softmax(logits: (N, C, h, w))`` over each map.
+
+    Returns:
+        ``mean (N, C, 2)`` (x, y in ``[-1, 1]``) and ``var (N, C, 2)`` of the distribution.
+    """
+    h, w = logits.shape[-2:]
+    probs = logits.flatten(-2).softmax(-1).unflatten(-1, (h, w))
+    xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=logits.device, dtype=logits.dtype)
+    ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=logits.device, dtype=logits.dtype)
+    px, py = probs.sum(-2), probs.sum(-1)  # marginals (N, C, w), (N, C, h)
+    mean = torch.stack([px @ xs, py @ ys], -1)
+    second = torch.stack([px @ xs.square(), py @ ys.square()], -1)
+    return mean, (second - mean.square()).clamp_min(0.0)
+
+
+def _gaussian_kl(
+    mean: torch.Tensor, logvar: torch.Tensor, prior_mean: torch.Tensor | float, prior_logvar: float
+) -> torch.Tensor:
+    """Elementwise ``KL(N(mean, e^logvar) || N(prior_mean, e^prior_logvar))``."""
+    return 0.5 * (prior_logvar - logvar + (logvar.exp() + (mean - prior_mean).square()) / math.exp(prior_logvar) - 1)
+
+
+def _sample(mean: torch.Tensor, logvar: torch.Tensor, stochastic: bool) -> torch.Tensor:
+    return mean + torch.randn_like(mean) * (0.5 * logvar).exp() if stochastic else mean
+
+
+def _conv(cin: int, cout: int, stride: int = 1) -> nn.Module:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1), nn.SiLU())
+
+
+class ParticleEncoder(EntityEncoder):
+    """Camera images → ``K`` particles per view (see the module docstring).
+
+    Example:
+        >>> enc = ParticleEncoder(ParticleConfig(views=2, image_size=64))
+        >>> entities, mask = enc.encode(torch.rand(5, 2, 3, 64, 64))  # (5, 16, 18), (5, 16)
+    """
+
+    kind = "particles"
+    Config = ParticleConfig
+
+    def __init__(self, config: ParticleConfig) -> None:
+        super().__init__(config, 6 + config.feature_dim)
+        c, w, g, s = config, config.width, config.glimpse, config.image_size
+        self.glimpse_share = g / s
+        """A glimpse's side as a fraction of the image side: the scale of the crops particles are encoded from."""
+        self.scale_logit = math.log(self.glimpse_share / (1 - self.glimpse_share + 1e-6))
+        """Mean of the prior of the scale logits: a particle as large as a glimpse."""
+        # Prior: a fixed random convolution (buffers: neither trained nor seen by optimisers).
+        gen = torch.Generator().manual_seed(0)
+        self.register_buffer("prior_filters", torch.randn(PRIOR_CHANNELS, 3, 3, 3, generator=gen) / 3.0)
+        # Posterior keypoints: two stride-2 convolutions to a quarter of the resolution, then context.
+        self.trunk = nn.Sequential(_conv(5, w, 2), _conv(w, w, 2), _conv(w, w), _conv(w, w))
+        self.heatmaps = nn.Conv2d(w, c.entities, 1)
+        nn.init.zeros_(self.heatmaps.weight)  # a fresh encoder's keypoints are the saliency's peaks
+        nn.init.zeros_(self.heatmaps.bias)
+        # Glimpse encoder: offset (2 + 2), scale (2 + 2), depth (1 + 1), transparency (1), features (2 F).
+        self.glimpse_encoder = nn.Sequential(
+            _conv(3, w // 2, 2),
+            _conv(w // 2, w, 2),
+            nn.Flatten(),
+            nn.Linear(w * (g // 4) ** 2, 2 * w),
+            nn.SiLU(),
+            nn.Linear(2 * w, 11 + 2 * c.feature_dim),
+        )
+        # Glimpse decoder: features → RGBA glimpse.
+        self.glimpse_decoder = nn.Sequential(
+            nn.Linear(c.feature_dim, w * (g // 4) ** 2),
+            nn.SiLU(),
+            nn.Unflatten(-1, (w, g // 4, g // 4)),
+            nn.Upsample(scale_factor=2),
+            _conv(w, w // 2),
+            nn.Upsample(scale_factor=2),
+            nn.Conv2d(w // 2, 4, 3, 1, 1),
+        )
+        with torch.no_grad():
+            # Latents start nearly certain (noise that drowns their signal would teach the decoders
+            # to ignore them), scales at their prior mean; particles start faint, so that the
+            # background explains the image first.
+            head = self.glimpse_encoder[-1].bias
+            head[2:4].fill_(2 * math.log(POSITION_SIGMA_INIT))
+            head[4:6].fill_(self.scale_logit)
+            head[[6, 7, 9]] = LOGVAR_INIT  # scale, depth
+            head[-c.feature_dim :] = LOGVAR_INIT
+            self.glimpse_decoder[-1].bias[3].fill_(-2.0)
+        # Background: per-view canvas + low-resolution global latent.
+        self.canvas = nn.Parameter(torch.zeros(c.views, 3, s, s))
+        self.background_encoder = nn.Linear(w, 2 * c.background_dim)
+        low = s // BACKGROUND_STRIDE
+        self.background_decoder = nn.Sequential(
+            nn.Linear(c.background_dim, 3 * low * low), nn.Unflatten(-1, (3, low, low))
+        )
+        nn.init.zeros_(self.background_decoder[0].weight)
+        nn.init.zeros_(self.background_decoder[0].bias)
+        self.register_buffer("coords", _coordinate_channels(s), persistent=False)
+        self.cells = s // c.prior_patch
+
+    def fields(self) -> dict[str, slice]:
+        """Columns of an entity row: :data:`PARTICLE_FIELDS`, then ``features`` and ``view`` (embedding)."""
+        f = self.config.feature_dim
+        return PARTICLE_FIELDS | {"features": slice(6, 6 + f), "view": slice(6 + f, self.entity_dim)}
+
+    # ------------------------------------------------------------------ prior
+    def _patch_energy(self, images: torch.Tensor) -> torch.Tensor:
+        """``(N, P, p, p)``: per patch, the squared deviation of the fixed features from the patch mean.
+
+        Normalised to at most 1 per image; patches are row-major (``P = (H / p) × (W / p)``).
+        """
+        p = self.config.prior_patch
+        feats = F.conv2d(F.pad(images, (1, 1, 1, 1), mode="replicate"), self.prior_filters)
+        patches = rearrange(feats, "n c (gy py) (gx px) -> n (gy gx) c py px", py=p, px=p)
+        energy = (patches - patches.mean((-2, -1), keepdim=True)).square().sum(2)
+        return energy / energy.flatten(1).amax(1).clamp_min(1e-8)[:, None, None, None]
+
+    @torch.no_grad()
+    def prior_keypoints(self, images: torch.Tensor) -> torch.Tensor:
+        """Prior keypoints ``(N, L, 2)`` of ``images: (N, 3, H, W)`` (no gradient)."""
+        local, var = spatial_softmax(self._patch_energy(images) / PRIOR_TEMPERATURE)  # within-patch coordinates
+        cells = images.shape[-1] // self.config.prior_patch
+        centres = torch.linspace(-1 + 1 / cells, 1 - 1 / cells, cells, device=images.device)
+        grid = torch.stack(torch.meshgrid(centres, centres, indexing="xy"), -1).reshape(-1, 2)  # (P, 2) x, y
+        proposals = grid + local / cells
+        keep = var.sum(-1).topk(self.config.prior_keypoints, dim=1, largest=False).indices
+        return proposals.gather(1, keep[..., None].expand(-1, -1, 2))
+
+    # ------------------------------------------------------------------ posterior
+    def _posterior(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Posterior statistics of ``images: (N, 3, H, W)``; every entry ``(N, K, …)``."""
+        c, n = self.config, images.shape[0]
+        trunk = self.trunk(torch.cat([images, self.coords.expand(n, -1, -1, -1)], 1))
+        anchor = self._keypoints(self.heatmaps(trunk), images)  # (N, K, 2)
+        share = torch.full_like(anchor, self.glimpse_share)
+        crops = self._crop(images, anchor.detach(), share).flatten(0, 1)  # (N K, 3, g, g)
+        stats = rearrange(self.glimpse_encoder(crops), "(n k) d -> n k d", n=n)
+        offset, offset_logvar, scale, scale_logvar, depth, depth_logvar, transparency, features, features_logvar = (
+            stats.split([2, 2, 2, 2, 1, 1, 1, c.feature_dim, c.feature_dim], -1)
+        )
+        mu = (anchor + self.glimpse_share * torch.tanh(offset)).clamp(-1.0, 1.0)
+        clamp = lambda t: t.clamp(*_LOGVAR_RANGE)  # noqa: E731
+        return {
+            "mu": mu,
+            "mu_logvar": clamp(offset_logvar),
+            "scale": scale,
+            "scale_logvar": clamp(scale_logvar),
+            "depth": depth.squeeze(-1),
+            "depth_logvar": clamp(depth_logvar).squeeze(-1),
+            "transparency": torch.sigmoid(transparency.squeeze(-1)),
+            "features": features,
+            "features_logvar": clamp(features_logvar),
+            "pooled": trunk.mean((-2, -1)),
+        }
+
+    def _keypoints(self, logits: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
+        """Coarse keypoints ``(N, K, 2)`` from heatmap ``logits (N, K, h, w)``, one after the other.
+
+        Heatmap ``k`` adds the saliency of ``images (N, 3, H, W)`` (the prior's deviation energy,
+        pooled to the heatmap, times ``SALIENCY_GAIN``) and subtracts a Gaussian bump around every
+        earlier keypoint before its spatial softmax. Without this, all heatmaps of a fresh network
+        would average to the image centre, and a multi-peaked one to a point between objects; with
+        it, a fresh encoder's keypoints sit on distinct salient things (the learned logits start at
+        zero) and training moves them from there.
+        """
+        h, w = logits.shape[-2:]
+        energy = rearrange(self._patch_energy(images), "n (gy gx) py px -> n (gy py) (gx px)", gx=self.cells)
+        saliency = F.adaptive_avg_pool2d(energy[:, None], (h, w))
+        saliency = SALIENCY_GAIN * saliency / saliency.flatten(1).amax(1).clamp_min(1e-8)[:, None, None, None]
+        xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=logits.device, dtype=logits.dtype)
+        ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=logits.device, dtype=logits.dtype)
+        width = SUPPRESSION_CELLS * 2 / w
+        taken = torch.zeros_like(saliency[:, 0])  # (N, h, w)
+        keypoints = []
+        for k in range(logits.shape[1]):
+            mean, _ = spatial_softmax(logits[:, k : k + 1] + saliency - taken[:, None])
+            keypoints.append(mean)
+            centre = mean.detach()[:, 0]  # (N, 2)
+            bump = torch.exp(
+                -0.5
+                * ((ys[:, None] - centre[:, 1, None, None]).square() + (xs - centre[:, 0, None, None]).square())
+                / width**2
+            )
+            taken = taken + SUPPRESSION * bump
+        return torch.cat(keypoints, 1)
+
+    def _crop(self, images: torch.Tensor, centres: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+        """``glimpse``-pixel crops ``(N, K, C, g, g)`` of ``images (N, C, H, W)``.
+
+        Crop ``k`` is centred on ``centres[:, k]`` and spans ``scales[:, k]`` (both ``(N, K, 2)``) of the image.
+        """
+        n, k = centres.shape[:2]
+        g = self.config.glimpse
+        theta = torch.zeros(n * k, 2, 3, device=images.device, dtype=images.dtype)
+        theta[:, 0, 0], theta[:, 1, 1] = scales.reshape(-1, 2).unbind(-1)
+        theta[:, :, 2] = centres.reshape(-1, 2)
+        grid = F.affine_grid(theta, [n * k, 1, g, g], align_corners=False)
+        # One sampling pass per image: the K glimpses stacked along the grid's height.
+        crops = F.grid_sample(images, grid.reshape(n, k * g, g, 2), padding_mode="border", align_corners=False)
+        return rearrange(crops, "n c (k h) w -> n k c h w", k=k)
+
+    def _rows(self, post: dict[str, torch.Tensor], b: int) -> torch.Tensor:
+        """Entity features ``(B, V, K, 6 + feature_dim)`` from posterior means."""
+        rows = torch.cat(
+            [
+                post["mu"],
+                torch.sigmoid(post["scale"]),
+                post["depth"][..., None],
+                post["transparency"][..., None],
+                post["features"],
+            ],
+            -1,
+        )
+        return rearrange(rows, "(b v) k d -> b v k d", b=b)
+
+    def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``images: (B, V, 3, H, W)`` → ``entities (B, V * K, D)``, ``mask (B, V * K)`` (all True), no decoding."""
+        c = self.config
+        check_images(images, c.views, c.image_size)
+        b = images.shape[0]
+        post = self._posterior(images.flatten(0, 1))
+        entities = self.attach_views(self._rows(post, b))
+        return entities, torch.ones(entities.shape[:2], dtype=torch.bool, device=images.device)
+
+    # ------------------------------------------------------------------ decoder
+    def render(
+        self,
+        glimpses: torch.Tensor,
+        mu: torch.Tensor,
+        scale: torch.Tensor,
+        depth: torch.Tensor,
+        transparency: torch.Tensor,
+        background: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Composite particles over a background; invariant to the order of the particles.
+
+        Args:
+            glimpses: ``(N, K, 4, g, g)`` RGBA glimpses in ``[0, 1]``.
+            mu: ``(N, K, 2)`` centres; scale: ``(N, K, 2)`` extents as fractions of the image side.
+            depth: ``(N, K)``, smaller is in front; transparency: ``(N, K)`` in ``[0, 1]``.
+            background: ``(N, 3, H, W)``.
+
+        Returns:
+            ``recon (N, 3, H, W)`` and ``alpha (N, K, H, W)``: each particle's share of each pixel
+            (``1 - alpha.sum(1)`` is the background's).
+        """
+        n, k = mu.shape[:2]
+        h, w = background.shape[-2:]
+        # The inverse of the crop's affine map, glimpse coordinates u = (p - mu) / scale at every pixel
+        # p, built per axis (x depends on the column only, y on the row) instead of by affine_grid.
+        xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=mu.device, dtype=mu.dtype)
+        ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=mu.device, dtype=mu.dtype)
+        u = (xs - mu[..., :1]) / scale[..., :1]  # (N, K, W)
+        v = (ys - mu[..., 1:]) / scale[..., 1:]  # (N, K, H)
+        grid = torch.stack([u[:, :, None, :].expand(-1, -1, h, -1), v[..., None].expand(-1, -1, -1, w)], -1)
+        grid = grid.flatten(0, 1)
+        rgb, opacity = glimpses.flatten(0, 1).split([3, 1], dim=1)
+        # Colour is extended past the glimpse's edge and opacity is zero there, so that the edge
+        # fades in opacity only (sampling both with zero padding would darken it as well).
+        rgb = F.grid_sample(rgb, grid, padding_mode="border", align_corners=False).unflatten(0, (n, k))
+        opacity = F.grid_sample(opacity, grid, align_corners=False).view(n, k, h, w)
+        opacity = opacity.clamp_max(1 - 1e-6) * transparency[..., None, None]
+        cover = 1 - torch.log1p(-opacity).sum(1, keepdim=True).exp()  # 1 - prod(1 - a), cheaper to differentiate
+        # exp(-depth / T) relative to the nearest particle: at most 1, so it never overflows.
+        near = torch.exp(-(depth - depth.amin(1, keepdim=True).detach()) / DEPTH_TEMPERATURE)
+        weight = opacity * near[..., None, None]
+        alpha = cover * weight / (weight.sum(1, keepdim=True) + 1e-6)
+        recon = (alpha[:, :, None] * rgb).sum(1) + (1 - alpha.sum(1, keepdim=True)) * background
+        return recon, alpha
+
+    def _background(self, pooled: torch.Tensor, b: int, stochastic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Background ``(B V, 3, H, W)`` and its latent's KL ``(B V,)`` from pooled trunk features ``(B V, width)``."""
+        mean, logvar = self.background_encoder(pooled).chunk(2, -1)
+        logvar = logvar.clamp(*_LOGVAR_RANGE)
+        low = self.background_decoder(_sample(mean, logvar, stochastic))
+        size = self.config.image_size
+        logits = F.interpolate(low, size=(size, size), mode="bilinear", align_corners=False)
+        canvas = (CANVAS_GAIN * self.canvas).repeat(b, 1, 1, 1)  # view-major within each sample
+        return torch.sigmoid(canvas + logits), _gaussian_kl(mean, logvar, 0.0, 0.0).sum(-1)
+
+    def forward(self, images: torch.Tensor) -> EncoderOutput:
+        """Encode, decode and score ``images: (B, V, 3, H, W)`` (samples latents in training mode).
+
+        ``losses``: ``loss`` (the total), ``recon`` (MSE), ``glimpse`` (:meth:`glimpse_loss`),
+        ``kl`` (nats per image, the sum of ``kl_keypoints`` (Chamfer-KL), ``kl_features`` and
+        ``kl_attributes`` (scale, depth and background latent)).
+        """
+        c = self.config
+        check_images(images, c.views, c.image_size)
+        b, v = images.shape[:2]
+        flat = images.flatten(0, 1)
+        post = self._posterior(flat)
+        stochastic = self.training
+        mu = _sample(post["mu"], post["mu_logvar"], stochastic)
+        scale = torch.sigmoid(_sample(post["scale"], post["scale_logvar"], stochastic))
+        depth = _sample(post["depth"], post["depth_logvar"], stochastic)
+        features = _sample(post["features"], post["features_logvar"], stochastic)
+        glimpses = torch.sigmoid(self.glimpse_decoder(features.flatten(0, 1))).unflatten(0, features.shape[:2])
+        background, kl_background = self._background(post["pooled"], b, stochastic)
+        recon, alpha = self.render(glimpses, mu, scale, depth, post["transparency"], background)
+        glimpse_loss = self.glimpse_loss(flat, background.detach(), glimpses, mu.detach(), scale.detach())
+
+        prior = self.prior_keypoints(flat)
+        kl_keypoints = self.chamfer_kl(post["mu"], post["mu_logvar"], prior)
+        kl_attributes = (
+            _gaussian_kl(post["scale"], post["scale_logvar"], self.scale_logit, 2 * math.log(SCALE_SIGMA)).sum((1, 2))
+            + _gaussian_kl(post["depth"], post["depth_logvar"], 0.0, 0.0).sum(1)
+            + kl_background
+        )
+        kl_features = _gaussian_kl(post["features"], post["features_logvar"], 0.0, 0.0).sum((1, 2))
+        kl = (kl_keypoints + kl_attributes + kl_features).mean()
+        recon_loss = F.mse_loss(recon, flat)
+        losses = {
+            "loss": recon_loss + c.beta_glimpse * glimpse_loss + c.beta_kl * kl / flat[0].numel(),
+            "recon": recon_loss,
+            "glimpse": glimpse_loss,
+            "kl": kl,
+            "kl_keypoints": kl_keypoints.mean(),
+            "kl_features": kl_features.mean(),
+            "kl_attributes": kl_attributes.mean(),
+        }
+        entities = self.attach_views(self._rows(post, b))
+        unflat = lambda t: t.unflatten(0, (b, v))  # noqa: E731
+        return EncoderOutput(
+            entities=entities,
+            mask=torch.ones(entities.shape[:2], dtype=torch.bool, device=images.device),
+            recon=unflat(recon),
+            alpha=unflat(alpha),
+            positions=unflat(post["mu"]),
+            losses=losses,
+        )
+
+    def glimpse_loss(
+        self,
+        images: torch.Tensor,
+        background: torch.Tensor,
+        glimpses: torch.Tensor,
+        mu: torch.Tensor,
+        scale: torch.Tensor,
+    ) -> torch.Tensor:
+        """MSE of each particle's glimpse, alone over the background, against the image where it is placed.
+
+        Every particle must explain its own crop of ``images (N, 3, H, W)`` (the RGBA ``glimpses
+        (N, K, 4, g, g)`` over the crop of ``background``, at ``mu`` and ``scale (N, K, 2)``). Unlike
+        the composite, which a particle can leave to the others or to the background, this teaches
+        every glimpse decoder and visual latent from the first step: it is DLP's glimpse warm-up loss,
+        kept on (with positions and the background detached, so that it shapes only appearance).
+        """
+        target = self._crop(images, mu, scale)
+        under = self._crop(background, mu, scale)
+        rgb, opacity = glimpses.split([3, 1], dim=2)
+        return F.mse_loss(opacity * rgb + (1 - opacity) * under, target)
+
+    def chamfer_kl(self, mu: torch.Tensor, logvar: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
+        """Chamfer-KL ``(N,)`` between posterior keypoints ``N(mu, e^logvar)`` ``(N, K, 2)`` and prior ones ``(N, L, 2)``.
+
+        Each posterior Gaussian pays its KL to the nearest prior Gaussian (std ``prior_sigma``), and
+        each prior Gaussian its KL to the nearest posterior one.
+        """
+        prior_logvar = 2 * math.log(self.config.prior_sigma)
+        kl = _gaussian_kl(mu[:, :, None], logvar[:, :, None], prior[:, None], prior_logvar).sum(-1)  # (N, K, L)
+        return kl.amin(2).sum(1) + kl.amin(1).sum(1)
+
+
+def _coordinate_channels(size: int) -> torch.Tensor:
+    """``(1, 2, size, size)`` x and y of pixel centres in ``[-1, 1]``."""
+    line = torch.linspace(-1 + 1 / size, 1 - 1 / size, size)
+    ys, xs = torch.meshgrid(line, line, indexing="ij")
+    return torch.stack([xs, ys])[None]

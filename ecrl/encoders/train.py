@@ -1,0 +1,391 @@
+"""Training an object-centric encoder on the frames of a pixel dataset (``ecrl-train-encoder``).
+
+The encoder learns without labels, by reconstructing the frames (plus the particle encoder's KL
+terms). MuJoCo's segmentation and the true object positions are used only to score it.
+
+A run directory ``runs/<dataset>__<kind>__<seed>__<time>/`` holds ``config.json``,
+``provenance.json``, ``tb/`` (tensorboard: ``train/<loss term>``, ``train/lr``,
+``time/images_per_s``; images ``images/decomposition`` — per row one camera image, its
+reconstruction, the decomposition (each pixel coloured by the entity whose alpha is largest, dimmed
+where the background or no entity explains it) and the entities' positions drawn on the image —;
+and every ``--eval-every`` steps ``eval/fg_ari``, ``eval/fg_ari_<camera>``, ``eval/position_cm``,
+``eval/recon_mse`` on held-out frames, also in ``tb/progress.csv``), ``checkpoints/latest/`` (the
+encoder as ``encoder.safetensors`` + ``encoder.json``, plus ``training.safetensors`` +
+``training.json``: optimizer, step counter, sampler state), ``final/`` and ``scores.json`` (the
+final held-out scores). ``--resume RUN`` continues a killed run from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch.utils.tensorboard import SummaryWriter
+from tqdm.auto import tqdm
+
+from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
+from ecrl.datasets import DatasetError, DemoDataset
+from ecrl.encoders.base import EntityEncoder
+from ecrl.encoders.data import Frames
+from ecrl.encoders.evaluate import EncoderScores, score_encoder
+from ecrl.encoders.io import build_encoder, encoder_class, save_encoder
+from ecrl.reporting import provenance
+from ecrl.training import append_csv, warmup_cosine
+
+__all__ = ["EncoderTrainConfig", "EncoderTrainResult", "decomposition_image", "parse_options", "train"]
+
+
+@dataclass
+class EncoderTrainConfig:
+    """An encoder training run (every field is a command-line option of ``ecrl-train-encoder``)."""
+
+    dataset: Path = Path("data/pix-mix")
+    """Pixel dataset written by ``ecrl-collect --pixels``."""
+    test_dataset: Path | None = None
+    """Pixel dataset the scores are computed on (default: every 10th episode of --dataset, then not trained on)."""
+    kind: Literal["slot", "particles"] = "slot"
+    """Encoder: Slot Attention (``slot``) or Deep-Latent-Particles style (``particles``)."""
+    entities: int | None = None
+    """Slots or particles per camera image (default: the encoder's own default)."""
+    width: int | None = None
+    """CNN channels (default: the encoder's own default)."""
+    options: tuple[str, ...] = ()
+    """More encoder options as ``name=value`` (e.g. ``slot_dim=64`` or ``beta_kl=0.1``); see the encoder's config."""
+    steps: int = 20_000
+    """Gradient steps."""
+    batch_size: int = 32
+    """Samples per step (each has one image per camera)."""
+    lr: float = 4e-4
+    """Peak Adam learning rate (linear warm-up, then a cosine down to a tenth)."""
+    warmup: int = 1000
+    """Warm-up steps."""
+    grad_clip: float = 1.0
+    """Gradient-norm clip."""
+    seed: int = 0
+    """Seed of the initialisation and of the batch sampler."""
+    device: str = "cpu"
+    """Torch device (``auto``: CUDA if available)."""
+    threads: int | None = None
+    """torch CPU threads (default: torch's choice)."""
+    log_every: int = 50
+    """Steps between scalar logs."""
+    image_every: int = 1000
+    """Steps between decomposition images in tensorboard."""
+    eval_every: int = 5000
+    """Steps between held-out scores (0: only at the end)."""
+    eval_frames: int = 256
+    """Held-out frames scored periodically (the position probe is fitted on twice as many training frames)."""
+    checkpoint_every: int = 1000
+    """Steps between checkpoints."""
+    runs_dir: Path = Path("runs")
+    """Where run directories go."""
+    name: str | None = None
+    """Run directory name (default: ``<dataset>__<kind>__<seed>__<time>``)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self) -> None:
+        positive = {"steps": self.steps, "batch_size": self.batch_size, "log_every": self.log_every}
+        positive |= {"image_every": self.image_every, "checkpoint_every": self.checkpoint_every}
+        bad = {k: v for k, v in positive.items() if v < 1}
+        if bad:
+            raise ValueError(f"these options must be >= 1: {bad}")
+        if not (self.lr > 0 and self.grad_clip > 0) or self.warmup < 0 or self.eval_every < 0 or self.eval_frames < 8:
+            raise ValueError(
+                f"need lr > 0, grad_clip > 0, warmup >= 0, eval_every >= 0, eval_frames >= 8; got lr={self.lr}, "
+                f"grad_clip={self.grad_clip}, warmup={self.warmup}, eval_every={self.eval_every}, eval_frames={self.eval_frames}"
+            )
+        parse_options(self.kind, self.options)  # fail now on an unknown or malformed option
+
+    def encoder_config(self, views: int, image_size: int) -> dict[str, Any]:
+        """The encoder's config fields: the dataset's views and image size, then this run's choices."""
+        config: dict[str, Any] = {"views": views, "image_size": image_size}
+        if self.entities is not None:
+            config["entities"] = self.entities
+        if self.width is not None:
+            config["width"] = self.width
+        return config | parse_options(self.kind, self.options)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("dataset", "test_dataset", "runs_dir"):
+            data[key] = None if data[key] is None else str(data[key])
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EncoderTrainConfig:
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown encoder training config keys {sorted(unknown)}")
+        data = dict(data)
+        for key in ("dataset", "test_dataset", "runs_dir"):
+            data[key] = None if data.get(key) is None else Path(data[key])
+        data["options"] = tuple(data.get("options", ()))
+        return cls(**data)
+
+
+_PARSERS = {int: int, float: float, str: str, bool: lambda v: {"true": True, "false": False}[v.lower()]}
+
+
+def parse_options(kind: str, options: tuple[str, ...]) -> dict[str, Any]:
+    """``("name=value", …)`` → typed encoder config fields of ``kind``; ValueError on anything else."""
+    cls = encoder_class(kind).Config
+    types = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for option in options:
+        name, sep, value = option.partition("=")
+        if not sep or name not in types:
+            raise ValueError(
+                f"encoder option {option!r}: expected name=value with a name among {sorted(types)} ({kind} encoder)"
+            )
+        if name in ("views", "image_size"):
+            raise ValueError(f"encoder option {name!r} comes from the dataset; it cannot be set")
+        parser = _PARSERS.get(types[name])
+        if parser is None:
+            raise ValueError(
+                f"encoder option {name!r} has type {types[name]}, which cannot be set from the command line"
+            )
+        try:
+            out[name] = parser(value)
+        except (ValueError, KeyError) as e:
+            raise ValueError(f"encoder option {option!r}: {value!r} is not a valid {types[name].__name__}") from e
+    return out
+
+
+@dataclass
+class EncoderTrainResult:
+    """What a run did: where it lives, how far it got, its last loss and held-out scores."""
+
+    run_dir: Path
+    steps: int
+    wall_s: float
+    loss: float = math.nan
+    images_per_s: float = math.nan
+    scores: dict[str, float] = field(default_factory=dict)
+
+
+_PALETTE = np.array(
+    [[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200], [245, 130, 48], [145, 30, 180], [70, 240, 240],
+     [240, 50, 230], [210, 245, 60], [250, 190, 212], [0, 128, 128], [170, 110, 40], [128, 0, 0], [0, 0, 128],
+     [128, 128, 0], [255, 255, 255]],
+    dtype=np.float32,
+)  # fmt: skip
+
+
+def decomposition_image(images: np.ndarray, recon: np.ndarray, alpha: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """A ``(rows * P, 4 * P, 3)`` uint8 picture: per camera image, input | reconstruction | decomposition | positions.
+
+    Args:
+        images, recon: ``(B, V, 3, P, P)`` in ``[0, 1]``.
+        alpha: ``(B, V, K, P, P)``.
+        positions: ``(B, V, K, 2)`` in ``[-1, 1]``.
+    """
+    b, v, k, p, _ = alpha.shape
+    colours = _PALETTE[np.arange(k) % len(_PALETTE)] / 255
+    owner = alpha.argmax(2)  # (B, V, P, P)
+    strength = alpha.max(2)[..., None]
+    decomposition = colours[owner] * (0.35 + 0.65 * strength)
+    rows = []
+    for s in range(b):
+        for view in range(v):
+            image = images[s, view].transpose(1, 2, 0)
+            dots = image.copy() * 0.6
+            xy = np.clip(((positions[s, view] + 1) / 2 * (p - 1)).round().astype(int), 0, p - 1)
+            for entity, (x, y) in enumerate(xy):
+                dots[max(0, y - 1) : y + 2, max(0, x - 1) : x + 2] = colours[entity]
+            rows.append(np.concatenate([image, recon[s, view].transpose(1, 2, 0), decomposition[s, view], dots], 1))
+    return (np.clip(np.concatenate(rows, 0), 0, 1) * 255).astype(np.uint8)
+
+
+def _run_dir(config: EncoderTrainConfig) -> Path:
+    name = config.name or f"{config.dataset.name}__{config.kind}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+    return config.runs_dir / name
+
+
+class _Trainer:
+    """The state of a run: encoder, optimizer, step counter, batch sampler."""
+
+    def __init__(self, config: EncoderTrainConfig, model: EntityEncoder, device: torch.device) -> None:
+        self.config, self.model, self.device = config, model.to(device), device
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+        self.step = 0
+        self.rng = np.random.default_rng(config.seed)
+
+    def save(self, run_dir: Path, meta: dict[str, Any]) -> Path:
+        root = run_dir / "checkpoints"
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = root / f".tmp_{self.step}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_encoder(self.model, tmp, meta)
+        tensors, opt_meta = optimizer_state(self.optimizer, "opt")
+        tensors["torch_rng"] = torch.get_rng_state()
+        save_file(tensors, str(tmp / "training.safetensors"))
+        state = {"step": self.step, "optimizer": opt_meta, "rng": self.rng.bit_generator.state}
+        (tmp / "training.json").write_text(json.dumps(state, indent=1) + "\n")
+        return replace_dir(tmp, root / "latest")
+
+    def load(self, ckpt: Path) -> None:
+        if not (ckpt / "training.json").exists():
+            raise FileNotFoundError(f"{ckpt} has no training state (training.json); cannot resume from it")
+        from ecrl.policy import load_weights
+
+        load_weights(self.model, ckpt / "encoder.safetensors", ckpt / "encoder.json")
+        state = json.loads((ckpt / "training.json").read_text())
+        tensors = load_file(str(ckpt / "training.safetensors"))
+        load_optimizer_state(self.optimizer, tensors, state["optimizer"], "opt")
+        torch.set_rng_state(tensors["torch_rng"])
+        self.rng.bit_generator.state = state["rng"]
+        self.step = int(state["step"])
+
+
+def _frames(config: EncoderTrainConfig) -> tuple[Frames, Frames]:
+    """Training frames and held-out frames."""
+    data = DemoDataset(config.dataset)
+    if data.pixels is None:
+        raise DatasetError(f"{config.dataset} holds no frames: collect it with `ecrl-collect --pixels 64`")
+    if config.test_dataset is not None:
+        test = Frames(config.test_dataset)
+        if (test.cameras, test.size) != (data.cameras, int(data.pixel_meta["size"])):
+            raise DatasetError(
+                f"{config.test_dataset} renders {test.cameras} at {test.size} px, {config.dataset} renders "
+                f"{data.cameras} at {data.pixel_meta['size']} px; they must match"
+            )
+        return Frames(data), test
+    episodes = np.arange(len(data))
+    if len(data) < 2:
+        raise DatasetError(
+            f"{config.dataset} has {len(data)} episode(s): hold-out frames need 2 or pass --test-dataset"
+        )
+    held = episodes % 10 == 9 if len(data) >= 10 else episodes == len(data) - 1
+    return Frames(data, episodes[~held]), Frames(data, episodes[held])
+
+
+def train(config: EncoderTrainConfig, resume: Path | None = None) -> EncoderTrainResult:
+    """Train (or, with ``resume``, continue) an encoder; returns what the run did.
+
+    With ``resume`` (a run directory) the run's own ``config.json`` is used, except ``steps`` (which
+    may be raised to extend a finished run), ``threads``, ``device`` and ``progress``.
+    """
+    if resume is not None:
+        saved = Path(resume) / "config.json"
+        if not saved.exists():
+            raise FileNotFoundError(f"{resume} is not an encoder run directory: it has no config.json")
+        given = config
+        config = EncoderTrainConfig.from_json(json.loads(saved.read_text()))
+        config.steps = max(config.steps, given.steps)
+        config.threads, config.device, config.progress = given.threads, given.device, given.progress
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    device = torch.device(
+        ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device
+    )
+    train_frames, test_frames = _frames(config)
+    torch.manual_seed(config.seed)
+    model = build_encoder(config.kind, **config.encoder_config(train_frames.views, train_frames.size))
+    trainer = _Trainer(config, model, device)
+    if resume is not None:
+        run_dir = Path(resume)
+        trainer.load(run_dir / "checkpoints" / "latest")
+    else:
+        run_dir = _run_dir(config)
+        if run_dir.exists():
+            raise FileExistsError(f"run directory {run_dir} exists; pass --resume {run_dir} to continue it")
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.json").write_text(json.dumps(config.to_json(), indent=2) + "\n")
+        (run_dir / "provenance.json").write_text(json.dumps(provenance(), indent=2) + "\n")
+    with (run_dir / "sessions.jsonl").open("a") as f:
+        f.write(json.dumps({"start_step": trainer.step, "time": time.time(), "resumed": resume is not None}) + "\n")
+    meta = {"dataset": str(config.dataset), "cameras": list(train_frames.cameras), "train_frames": len(train_frames)}
+    writer = SummaryWriter(str(run_dir / "tb"))
+    result = EncoderTrainResult(run_dir=run_dir, steps=trainer.step, wall_s=0.0)
+    shown = np.random.default_rng(1).choice(len(test_frames), size=min(3, len(test_frames)), replace=False)
+    start, window_start, window_steps = time.perf_counter(), time.perf_counter(), 0
+    logged: list[dict[str, float]] = []
+    bar = tqdm(
+        total=config.steps,
+        initial=trainer.step,
+        desc=f"encoder ({config.kind})",
+        unit="step",
+        disable=not config.progress,
+    )
+    model.train()
+
+    def evaluate() -> EncoderScores:
+        scores = score_encoder(
+            model,
+            train_frames,
+            test_frames,
+            2 * config.eval_frames,
+            config.eval_frames,
+            probe_steps=1000,
+            device=device,
+        )
+        row = {"train/gradient_steps": trainer.step} | {f"eval/{k}": v for k, v in scores.scalars().items()}
+        for key, value in row.items():
+            if key.startswith("eval/"):
+                writer.add_scalar(key, value, trainer.step)
+        append_csv(run_dir / "tb" / "progress.csv", row)
+        return scores
+
+    while trainer.step < config.steps:
+        for group in trainer.optimizer.param_groups:
+            group["lr"] = config.lr * warmup_cosine(trainer.step, config.warmup, config.steps)
+        images = train_frames.batch(trainer.rng.integers(len(train_frames), size=config.batch_size), device)
+        out = model(images)
+        trainer.optimizer.zero_grad(set_to_none=True)
+        out.losses["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        trainer.optimizer.step()
+        trainer.step += 1
+        window_steps += 1
+        logged.append({f"train/{k}": float(v.detach()) for k, v in out.losses.items()})
+        bar.update(1)
+        if trainer.step % config.log_every == 0 or trainer.step == config.steps:
+            means = {key: float(np.mean([x[key] for x in logged])) for key in logged[0]}
+            rate = window_steps * config.batch_size * train_frames.views / (time.perf_counter() - window_start)
+            for key, value in means.items():
+                writer.add_scalar(key, value, trainer.step)
+            writer.add_scalar("train/lr", trainer.optimizer.param_groups[0]["lr"], trainer.step)
+            writer.add_scalar("time/images_per_s", rate, trainer.step)
+            bar.set_postfix(loss=f"{means['train/loss']:.5f}")
+            result.loss, result.images_per_s = means["train/loss"], float(rate)
+            logged, window_start, window_steps = [], time.perf_counter(), 0
+        if trainer.step % config.image_every == 0 or trainer.step == config.steps:
+            model.eval()
+            with torch.no_grad():
+                shot = model(test_frames.batch(shown, device))
+                picture = decomposition_image(
+                    *(
+                        t.float().cpu().numpy()
+                        for t in (test_frames.batch(shown), shot.recon, shot.alpha, shot.positions)
+                    )
+                )
+            writer.add_image("images/decomposition", picture, trainer.step, dataformats="HWC")
+            model.train()
+        if config.eval_every and trainer.step % config.eval_every == 0 and trainer.step < config.steps:
+            scores = evaluate()
+            result.scores = scores.scalars()
+            bar.write(f"step {trainer.step}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.scores.items()))
+            window_start, window_steps = time.perf_counter(), 0
+        if trainer.step % config.checkpoint_every == 0:
+            trainer.save(run_dir, dict(meta, steps=trainer.step))
+    bar.close()
+    trainer.save(run_dir, dict(meta, steps=trainer.step))
+    save_encoder(model, run_dir / "final", dict(meta, steps=trainer.step))
+    scores = evaluate()
+    result.scores = scores.scalars()
+    (run_dir / "scores.json").write_text(json.dumps({"steps": trainer.step, **scores.to_json()}, indent=2) + "\n")
+    writer.close()
+    result.steps, result.wall_s = trainer.step, time.perf_counter() - start
+    with (run_dir / "sessions.jsonl").open("a") as f:
+        f.write(json.dumps({"end_step": trainer.step, "wall_s": result.wall_s, "time": time.time()}) + "\n")
+    return result

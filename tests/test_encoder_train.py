@@ -1,0 +1,128 @@
+"""Encoder training (``ecrl-train-encoder``), checkpoints, and ``ecrl-bench encoders`` on a tiny pixel dataset."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from diffusion_helpers import resume_to_six_steps
+
+from ecrl.datasets import CollectConfig, collect_dataset
+from ecrl.encoders.data import Frames
+from ecrl.encoders.io import build_encoder, load_encoder, save_encoder
+from ecrl.encoders.train import EncoderTrainConfig, decomposition_image, parse_options, train
+from ecrl.policy import CheckpointError
+from ecrl.scripts.bench import main as bench_main
+from ecrl.scripts.train_encoder import main
+
+TINY = {
+    "slot": ("width=8", "slot_dim=8", "entities=3", "iterations=2"),
+    "particles": ("width=8", "feature_dim=4", "entities=3", "prior_keypoints=4"),
+}
+
+
+@pytest.fixture(scope="module")
+def frames_path(tmp_path_factory):
+    """Two expert episodes of push-2 with 32-px frames from both cameras."""
+    path = tmp_path_factory.mktemp("pix") / "data"
+    collect_dataset(path, CollectConfig(n_objects=(2,), episodes=2, pixels=32, idle_steps=2, progress=False))
+    return path
+
+
+def tiny(frames_path, runs, kind="slot", **kwargs) -> EncoderTrainConfig:
+    base = {"steps": 4, "batch_size": 4, "warmup": 2, "log_every": 2, "image_every": 2, "eval_every": 2}
+    base |= {"eval_frames": 8, "checkpoint_every": 2, "name": "tiny", "progress": False, "threads": 1}
+    return EncoderTrainConfig(
+        **{**base, "dataset": frames_path, "runs_dir": runs, "kind": kind, "options": TINY[kind], **kwargs}
+    )
+
+
+def test_frames_hold_images_labels_and_positions(frames_path):
+    frames = Frames(frames_path)
+    assert frames.cameras == ("front", "top") and frames.size == 32
+    batch = frames.batch(np.array([0, 3]))
+    assert batch.shape == (2, 2, 3, 32, 32) and batch.min() >= 0 and batch.max() <= 1
+    assert frames.positions.shape == (len(frames), 2, 2) and (frames.n_objects == 2).all()
+    held = Frames(frames_path, episodes=np.array([1]))
+    assert len(held) < len(frames) and np.array_equal(held.images, frames.images[len(frames) - len(held) :])
+
+
+@pytest.mark.parametrize("kind", ["slot", "particles"])
+def test_a_run_writes_everything_and_resumes(frames_path, tmp_path, kind):
+    result = train(tiny(frames_path, tmp_path, kind))
+    run = result.run_dir
+    assert result.steps == 4 and np.isfinite(result.loss)
+    for name in ("config.json", "provenance.json", "scores.json", "tb/progress.csv", "final/encoder.json"):
+        assert (run / name).exists(), name
+    scores = json.loads((run / "scores.json").read_text())
+    assert -1 <= scores["fg_ari"] <= 1 and scores["position"]["mean_cm"] > 0
+    progress = (run / "tb" / "progress.csv").read_text().splitlines()
+    assert progress[0].startswith("train/gradient_steps,eval/fg_ari") and len(progress) == 3  # steps 2 and 4
+    resume_to_six_steps(tiny(frames_path, tmp_path, kind, steps=6), run, train)
+
+
+def test_checkpoint_round_trip_encodes_identically(tmp_path):
+    torch.manual_seed(0)
+    model = build_encoder("slot", views=2, image_size=32, entities=3, width=8, slot_dim=8).eval()
+    images = torch.rand(2, 2, 3, 32, 32)
+    save_encoder(model, tmp_path / "enc", {"note": "test"})
+    loaded = load_encoder(tmp_path / "enc")
+    assert loaded.meta == {"note": "test"} and not loaded.training
+    with torch.no_grad():
+        for a, b in zip(model.encode(images), loaded.encode(images), strict=True):
+            assert torch.equal(a, b)
+
+
+def test_a_non_checkpoint_or_foreign_checkpoint_is_refused(tmp_path):
+    with pytest.raises(CheckpointError, match="not an ecrl encoder checkpoint"):
+        load_encoder(tmp_path)
+    (tmp_path / "encoder.json").write_text(json.dumps({"format": "ecrl.policy", "version": 1}))
+    with pytest.raises(CheckpointError, match="not an ecrl encoder config"):
+        load_encoder(tmp_path)
+
+
+def test_options_are_typed_and_checked():
+    assert parse_options("slot", ("slot_dim=16", "iterations=2")) == {"slot_dim": 16, "iterations": 2}
+    with pytest.raises(ValueError, match="name=value"):
+        parse_options("slot", ("beta_kl=1",))
+    with pytest.raises(ValueError, match="not a valid int"):
+        parse_options("slot", ("slot_dim=big",))
+    with pytest.raises(ValueError, match="comes from the dataset"):
+        parse_options("slot", ("image_size=64",))
+
+
+def test_cli_errors_are_clean(frames_path, tmp_path, capsys, push1_demos):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--dataset", str(push1_demos), "--runs-dir", str(tmp_path)])
+    assert exit_info.value.code == 2 and "holds no frames" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--dataset", str(frames_path), "--options", "nonsense=1"])
+    assert "nonsense=1" in capsys.readouterr().err
+
+
+def test_decomposition_image_layout():
+    b, v, k, p = 2, 2, 3, 8
+    picture = decomposition_image(
+        np.zeros((b, v, 3, p, p)),
+        np.ones((b, v, 3, p, p)),
+        np.random.default_rng(0).random((b, v, k, p, p)),
+        np.zeros((b, v, k, 2)),
+    )
+    assert picture.shape == (b * v * p, 4 * p, 3) and picture.dtype == np.uint8
+    assert (picture[:, p : 2 * p] == 255).all()  # the reconstruction panel shows the reconstruction
+
+
+def test_bench_encoders_scores_trained_checkpoints(frames_path, tmp_path, capsys):
+    run = train(tiny(frames_path, tmp_path)).run_dir
+    out = tmp_path / "bench"
+    bench_main(
+        ["encoders", "--checkpoints", str(run), "--test-dataset", str(frames_path), "--fit-dataset", str(frames_path)]
+        + ["--test-frames", "16", "--fit-frames", "16", "--probe-steps", "20", "--batch", "2", "--repeats", "1"]
+        + ["--out", str(out)]
+    )
+    result = json.loads((out / "bench.json").read_text())
+    row = result["encoders"][0]
+    assert row["kind"] == "slot" and row["encode_images_per_s"] > 0 and row["render_images_per_s"] > 0
+    assert -1 <= row["fg_ari"] <= 1 and row["per_n"]["2"]["frames"] == 16
+    assert [t["target"].split()[0] for t in result["targets"]][:2] == ["FG-ARI", "position"]
+    assert (out / "encoders.png").stat().st_size > 0 and "FG-ARI" in (out / "README.md").read_text()

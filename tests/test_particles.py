@@ -1,0 +1,201 @@
+"""The Deep-Latent-Particles encoder: shapes, keypoint range, compositing, determinism, errors, learning."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import ecrl.envs  # noqa: F401  (registers the environments)
+from ecrl.encoders.particles import PARTICLE_FIELDS, ParticleConfig, ParticleEncoder
+
+SMALL = {"image_size": 32, "glimpse": 8, "prior_keypoints": 8, "width": 16}
+"""A 32-pixel encoder small enough for tests."""
+
+
+@pytest.fixture(scope="module")
+def frames() -> torch.Tensor:
+    """``(4, 2, 3, 32, 32)``: front and top views of four push-3 scenes, floats in [0, 1]."""
+    env = gym.make("ecrl/Push3-v0", width=32, height=32)
+    views = []
+    for seed in range(4):
+        env.reset(seed=seed)
+        rendered = env.unwrapped.render_views(("front", "top"))
+        views.append(np.stack([rendered["front"], rendered["top"]]))
+    env.close()
+    return torch.from_numpy(np.stack(views)).permute(0, 1, 4, 2, 3).float() / 255
+
+
+@pytest.mark.parametrize("views, k", [(2, 8), (1, 3)])
+def test_output_shapes(views, k):
+    torch.manual_seed(0)
+    enc = ParticleEncoder(ParticleConfig(views=views, entities=k))
+    images = torch.rand(3, views, 3, 64, 64)
+    out = enc(images)
+    d = 6 + enc.config.feature_dim + enc.config.view_dim
+    assert enc.entity_dim == d
+    assert out.entities.shape == (3, views * k, d)
+    assert out.mask.shape == (3, views * k) and out.mask.dtype == torch.bool and out.mask.all()
+    assert out.recon.shape == images.shape
+    assert out.alpha.shape == (3, views, k, 64, 64)
+    assert out.positions.shape == (3, views, k, 2)
+    assert {"loss", "recon", "kl"} <= out.losses.keys()
+    assert all(v.ndim == 0 and torch.isfinite(v) for v in out.losses.values())
+    entities, mask = enc.encode(images)
+    assert entities.shape == out.entities.shape and mask.shape == out.mask.shape
+
+
+def test_entity_rows_hold_the_particle_fields(frames):
+    torch.manual_seed(0)
+    enc = ParticleEncoder(ParticleConfig(**SMALL)).eval()
+    out = enc(frames)
+    k = enc.config.entities
+    rows = out.entities.view(4, 2, k, -1)
+    fields = enc.fields()
+    assert fields.items() >= PARTICLE_FIELDS.items()
+    widths = {name: len(range(enc.entity_dim)[cols]) for name, cols in fields.items()}
+    assert widths == {"position": 2, "scale": 2, "depth": 1, "transparency": 1, "features": 8, "view": 4}
+    torch.testing.assert_close(rows[..., fields["position"]], out.positions)
+    assert rows[..., fields["scale"]].gt(0).all() and rows[..., fields["scale"]].lt(1).all()
+    assert rows[..., fields["transparency"]].ge(0).all() and rows[..., fields["transparency"]].le(1).all()
+    # The view embedding: the same for every particle of a view.
+    view = rows[..., fields["view"]]
+    torch.testing.assert_close(view, enc.view_embedding[None, :, None].expand_as(view))
+
+
+def test_keypoints_lie_in_the_image(frames):
+    torch.manual_seed(0)
+    enc = ParticleEncoder(ParticleConfig(**SMALL))
+    for images in (frames, torch.rand(2, 2, 3, 32, 32), torch.zeros(2, 2, 3, 32, 32)):
+        positions = enc(images).positions
+        assert positions.abs().le(1).all()
+        assert enc.prior_keypoints(images.flatten(0, 1)).abs().le(1).all()
+
+
+def test_alpha_and_background_partition_every_pixel(frames):
+    torch.manual_seed(0)
+    enc = ParticleEncoder(ParticleConfig(**SMALL))
+    alpha = enc(frames).alpha
+    assert alpha.ge(0).all() and alpha.sum(2).le(1 + 1e-5).all()
+    # Particles and background of one colour composite to exactly that colour: the weights sum to 1.
+    n, k, g = 3, 5, 8
+    colour = torch.tensor([0.2, 0.5, 0.9])
+    glimpses = torch.cat([colour.view(1, 1, 3, 1, 1).expand(n, k, 3, g, g), torch.rand(n, k, 1, g, g)], 2)
+    recon, alpha = enc.render(
+        glimpses,
+        torch.rand(n, k, 2) * 2 - 1,
+        torch.rand(n, k, 2) * 0.5 + 0.1,
+        torch.randn(n, k),
+        torch.rand(n, k),
+        colour.view(1, 3, 1, 1).expand(n, 3, 32, 32),
+    )
+    torch.testing.assert_close(recon, colour.view(1, 3, 1, 1).expand_as(recon))
+
+
+def test_nearer_particle_hides_the_one_behind():
+    enc = ParticleEncoder(ParticleConfig(**SMALL))
+    red, blue = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 0.0, 1.0])
+    glimpses = torch.stack([torch.cat([c, torch.ones(1)]).view(4, 1, 1).expand(4, 8, 8) for c in (red, blue)])[None]
+    mu, scale = torch.zeros(1, 2, 2), torch.full((1, 2, 2), 0.25)
+    background = torch.zeros(1, 3, 32, 32)
+    for depth, front in ((torch.tensor([[-2.0, 2.0]]), red), (torch.tensor([[2.0, -2.0]]), blue)):
+        recon, _ = enc.render(glimpses, mu, scale, depth, torch.ones(1, 2), background)
+        torch.testing.assert_close(recon[0, :, 16, 16], front, atol=1e-4, rtol=0)
+
+
+def test_compositing_is_invariant_to_the_order_of_particles():
+    torch.manual_seed(0)
+    enc = ParticleEncoder(ParticleConfig(**SMALL))
+    n, k, g = 2, 6, 8
+    args = (
+        torch.rand(n, k, 4, g, g),
+        torch.rand(n, k, 2) * 1.6 - 0.8,
+        torch.rand(n, k, 2) * 0.3 + 0.1,
+        torch.randn(n, k),
+        torch.rand(n, k),
+    )
+    background = torch.rand(n, 3, 32, 32)
+    perm = torch.randperm(k)
+    recon, alpha = enc.render(*args, background)
+    recon_p, alpha_p = enc.render(*(a[:, perm] for a in args), background)
+    torch.testing.assert_close(recon_p, recon)
+    torch.testing.assert_close(alpha_p, alpha[:, perm])
+
+
+def test_eval_encoding_is_deterministic_and_matches_forward(frames):
+    torch.manual_seed(0)
+    enc = ParticleEncoder(ParticleConfig(**SMALL)).eval()
+    with torch.no_grad():
+        entities, mask = enc.encode(frames)
+        again, _ = enc.encode(frames)
+        out = enc(frames)
+    torch.testing.assert_close(again, entities, rtol=0, atol=0)
+    torch.testing.assert_close(out.entities, entities)
+    assert torch.equal(out.mask, mask)
+    # In training mode the decoder samples, but the entity rows are still the posterior means.
+    enc.train()
+    torch.testing.assert_close(enc(frames).entities, entities)
+
+
+@pytest.mark.parametrize(
+    "images, message",
+    [
+        (torch.zeros(2, 2, 3, 32, 32, dtype=torch.uint8), "floating-point"),
+        (torch.rand(2, 3, 32, 32), "expected shape"),
+        (torch.rand(2, 1, 3, 32, 32), "expected shape"),
+        (torch.rand(2, 2, 3, 64, 64), "expected shape"),
+    ],
+)
+def test_bad_images_raise(images, message):
+    enc = ParticleEncoder(ParticleConfig(**SMALL))
+    with pytest.raises(ValueError, match=message):
+        enc(images)
+    with pytest.raises(ValueError, match=message):
+        enc.encode(images)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"image_size": 48}, "image_size"),
+        ({"entities": 0}, "entities"),
+        ({"prior_patch": 12}, "prior_patch"),
+        ({"prior_keypoints": 65}, "prior_keypoints"),
+        ({"glimpse": 10}, "glimpse"),
+        ({"glimpse": 128}, "glimpse"),
+        ({"beta_kl": -1.0}, "beta_kl"),
+        ({"prior_sigma": 0.0}, "prior_sigma"),
+    ],
+)
+def test_bad_config_raises(change, message):
+    with pytest.raises(ValueError, match=message):
+        ParticleConfig(**change)
+
+
+def test_prior_is_fixed():
+    enc = ParticleEncoder(ParticleConfig(**SMALL))
+    names = {name for name, _ in enc.named_parameters()}
+    assert not any("prior" in name for name in names)
+    images = torch.rand(2, 3, 32, 32, requires_grad=True)
+    assert not enc.prior_keypoints(images).requires_grad
+
+
+def test_short_training_lowers_the_loss(frames):
+    torch.manual_seed(0)
+    enc = ParticleEncoder(ParticleConfig(entities=4, **SMALL))
+    opt = torch.optim.Adam(enc.parameters(), lr=3e-3)
+
+    def eval_loss() -> float:
+        enc.eval()
+        with torch.no_grad():
+            loss = enc(frames).losses["loss"].item()
+        enc.train()
+        return loss
+
+    before = eval_loss()
+    for _ in range(40):
+        loss = enc(frames).losses["loss"]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    after = eval_loss()
+    assert after < 0.5 * before, (before, after)
