@@ -24,7 +24,7 @@ import json
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,14 +42,13 @@ from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.schedule import EMA, LossTerms, loss
 from ecrl.evaluation import evaluate, log_tensorboard, scalars
 from ecrl.policy import Policy
-from ecrl.reporting import provenance
-from ecrl.training import append_csv, warmup_cosine
+from ecrl.training import RunOptions, append_csv, close_run, open_run, resume_config, torch_device, warmup_cosine
 
 __all__ = ["DiffusionTrainConfig", "DiffusionTrainResult", "planner_policy", "train"]
 
 
 @dataclass
-class DiffusionTrainConfig:
+class DiffusionTrainConfig(RunOptions):
     """A diffusion-planner training run (every field is a command-line option of ``ecrl-train-diffusion``).
 
     The defaults are the recipe of ``results/diffusion_push3``: a small denoiser and many updates.
@@ -110,10 +109,6 @@ class DiffusionTrainConfig:
     """Decay of the EMA weights that are evaluated and saved."""
     seed: int = 0
     """Seed of the network initialisation, the window sampler and the diffusion noise."""
-    device: str = "auto"
-    """torch device: auto, cpu, cuda, cuda:1, ..."""
-    threads: int | None = None
-    """torch CPU threads (default: torch's choice)."""
     eval_every: int = 10_000
     """Gradient steps between evaluations in the env (0: none)."""
     eval_objects: tuple[int, ...] = ()
@@ -126,12 +121,6 @@ class DiffusionTrainConfig:
     """Gradient steps between checkpoints (0: only at the end)."""
     log_every: int = 100
     """Gradient steps between tensorboard scalars."""
-    runs_dir: Path = Path("runs")
-    """Where run directories are created."""
-    name: str | None = None
-    """Run directory name (default: ``<dataset>__diffusion__<seed>__<time>``)."""
-    progress: bool = True
-    """Show a progress bar."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -217,23 +206,6 @@ class DiffusionTrainConfig:
             replan_every=self.replan_every,
             high_replan_every=self.subgoal_replan_every,
         )
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["dataset"], data["runs_dir"] = str(self.dataset), str(self.runs_dir)
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DiffusionTrainConfig:
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown diffusion training config keys {sorted(unknown)}")
-        data = dict(data)
-        data["dataset"], data["runs_dir"] = Path(data["dataset"]), Path(data.get("runs_dir", "runs"))
-        for key in ("eval_objects", "eval_parts"):
-            if key in data:
-                data[key] = tuple(data[key])
-        return cls(**data)
 
 
 @dataclass
@@ -395,37 +367,19 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
     which may be raised to extend a finished run, and ``threads``, ``device`` and ``progress``.
     """
     if resume is not None:
-        saved = Path(resume) / "config.json"
-        if not saved.exists():
-            raise FileNotFoundError(f"{resume} is not a diffusion run directory: it has no config.json")
-        given = config
-        config = DiffusionTrainConfig.from_json(json.loads(saved.read_text()))
-        config.steps = max(config.steps, given.steps)
-        # Where and how fast it runs is not part of the experiment: those options come from this call.
-        config.threads, config.device, config.progress = given.threads, given.device, given.progress
+        config = resume_config(DiffusionTrainConfig, config, resume, "a diffusion")
     if config.threads:
         torch.set_num_threads(config.threads)
-    if config.device == "auto":
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        device = torch.device(config.device)
+    device = torch_device(config.device)
     dataset = DemoDataset(config.dataset)
     if len(dataset) == 0:
         raise ValueError(f"dataset {config.dataset} holds no episodes")
     task = _dataset_task(config.dataset)
     trainer = _Trainer(config, device)
+    run_dir = Path(resume) if resume is not None else _run_dir(config)
     if resume is not None:
-        run_dir = Path(resume)
         trainer.load(run_dir / "checkpoints" / "latest")
-    else:
-        run_dir = _run_dir(config)
-        if run_dir.exists():
-            raise FileExistsError(f"run directory {run_dir} exists; pass --resume {run_dir} to continue it")
-        run_dir.mkdir(parents=True)
-        (run_dir / "config.json").write_text(json.dumps(config.to_json(), indent=2) + "\n")
-        (run_dir / "provenance.json").write_text(json.dumps(provenance(), indent=2) + "\n")
-    with (run_dir / "sessions.jsonl").open("a") as f:
-        f.write(json.dumps({"start_step": trainer.step, "time": time.time(), "resumed": resume is not None}) + "\n")
+    open_run(run_dir, config.to_json(), resume is not None, trainer.step)
     meta = {
         "arch": "diffusion" if config.planner == "flat" else "hierarchical_diffusion",
         "dataset": str(config.dataset),
@@ -491,6 +445,5 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
     planner_policy(trainer.ema_planner(), dict(meta, steps=trainer.step)).save(run_dir / "final")
     writer.close()
     result.steps, result.wall_s = trainer.step, time.perf_counter() - start
-    with (run_dir / "sessions.jsonl").open("a") as f:
-        f.write(json.dumps({"end_step": trainer.step, "wall_s": result.wall_s, "time": time.time()}) + "\n")
+    close_run(run_dir, trainer.step, result.wall_s)
     return result

@@ -1,13 +1,23 @@
-"""Small pieces every training loop of the library uses: the learning-rate schedule and the progress CSV."""
+"""Small pieces the library's training loops share: run directories and their resumption, the
+learning-rate schedule, the progress CSV."""
 
 from __future__ import annotations
 
 import csv
+import json
 import math
+import time
+import typing
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
-__all__ = ["append_csv", "warmup_cosine"]
+import torch
+
+from ecrl.reporting import provenance
+
+__all__ = ["RunOptions", "append_csv", "close_run", "open_run", "resume_config", "torch_device", "warmup_cosine"]
 
 
 def warmup_cosine(step: int, warmup: int, steps: int, floor: float = 0.1) -> float:
@@ -27,3 +37,84 @@ def append_csv(path: Path, row: Mapping[str, float]) -> None:
         if new:
             out.writeheader()
         out.writerow(row)
+
+
+def resume_config(cls: type, given: Any, run_dir: Path, what: str) -> Any:
+    """The config of the run in ``run_dir`` (``cls.from_json`` of its ``config.json``), for a resumed run.
+
+    The experiment stays the run's own; from ``given`` (this call's config) come a larger ``steps``
+    (to extend a finished run) and where and how it runs: ``threads``, ``device``, ``progress``.
+    """
+    saved = Path(run_dir) / "config.json"
+    if not saved.exists():
+        raise FileNotFoundError(f"{run_dir} is not {what} run directory: it has no config.json")
+    config = cls.from_json(json.loads(saved.read_text()))
+    config.steps = max(config.steps, given.steps)
+    config.threads, config.device, config.progress = given.threads, given.device, given.progress
+    return config
+
+
+def torch_device(name: str) -> torch.device:
+    """``name`` as a torch device; ``"auto"`` is CUDA when available, else the CPU."""
+    return torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
+
+
+def open_run(run_dir: Path, config: Mapping[str, Any], resumed: bool, step: int) -> None:
+    """Create a new run directory (``config.json``, ``provenance.json``) unless ``resumed``, and log the session start."""
+    if not resumed:
+        if run_dir.exists():
+            raise FileExistsError(f"run directory {run_dir} exists; pass --resume {run_dir} to continue it")
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        (run_dir / "provenance.json").write_text(json.dumps(provenance(), indent=2) + "\n")
+    _session(run_dir, {"start_step": step, "time": time.time(), "resumed": resumed})
+
+
+def close_run(run_dir: Path, step: int, wall_s: float) -> None:
+    """Log the end of a session in ``run_dir/sessions.jsonl``."""
+    _session(run_dir, {"end_step": step, "wall_s": wall_s, "time": time.time()})
+
+
+def _session(run_dir: Path, record: Mapping[str, Any]) -> None:
+    with (run_dir / "sessions.jsonl").open("a") as f:
+        f.write(json.dumps(dict(record)) + "\n")
+
+
+@dataclass
+class RunOptions:
+    """Where and how a training run runs (fields shared by the library's training configs); not part
+    of the experiment, so a resumed run takes ``device``, ``threads`` and ``progress`` from the new call."""
+
+    device: str = "auto"
+    """torch device: auto (CUDA if available), cpu, cuda, cuda:1, ..."""
+    threads: int | None = None
+    """torch CPU threads (default: torch's choice)."""
+    runs_dir: Path = Path("runs")
+    """Where run directories are created."""
+    name: str | None = None
+    """Run directory name (default: ``<dataset>__<kind>__<seed>__<time>``)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The config as JSON-able values (paths as strings)."""
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Any:
+        """Inverse of :meth:`to_json`; unknown keys are an error, missing ones take their defaults."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} keys {sorted(unknown)}")
+        hints = typing.get_type_hints(cls)
+        out = dict(data)
+        for key, value in data.items():
+            if value is None:
+                continue
+            hint = str(hints[key])
+            if "Path" in hint:
+                out[key] = Path(value)
+            elif hint.startswith("tuple"):
+                out[key] = tuple(value)
+        return cls(**out)

@@ -22,7 +22,7 @@ import math
 import shutil
 import time
 import typing
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,14 +38,13 @@ from ecrl.encoders.base import EntityEncoder
 from ecrl.encoders.data import Frames
 from ecrl.encoders.evaluate import EncoderScores, score_encoder
 from ecrl.encoders.io import build_encoder, encoder_class, save_encoder
-from ecrl.reporting import provenance
-from ecrl.training import append_csv, warmup_cosine
+from ecrl.training import RunOptions, append_csv, close_run, open_run, resume_config, torch_device, warmup_cosine
 
 __all__ = ["EncoderTrainConfig", "EncoderTrainResult", "decomposition_image", "parse_options", "train"]
 
 
 @dataclass
-class EncoderTrainConfig:
+class EncoderTrainConfig(RunOptions):
     """An encoder training run (every field is a command-line option of ``ecrl-train-encoder``)."""
 
     dataset: Path = Path("data/pix-mix")
@@ -72,10 +71,6 @@ class EncoderTrainConfig:
     """Gradient-norm clip."""
     seed: int = 0
     """Seed of the initialisation and of the batch sampler."""
-    device: str = "cpu"
-    """Torch device (``auto``: CUDA if available)."""
-    threads: int | None = None
-    """torch CPU threads (default: torch's choice)."""
     log_every: int = 50
     """Steps between scalar logs."""
     image_every: int = 1000
@@ -86,12 +81,6 @@ class EncoderTrainConfig:
     """Held-out frames scored periodically (the position probe is fitted on twice as many training frames)."""
     checkpoint_every: int = 1000
     """Steps between checkpoints."""
-    runs_dir: Path = Path("runs")
-    """Where run directories go."""
-    name: str | None = None
-    """Run directory name (default: ``<dataset>__<kind>__<seed>__<time>``)."""
-    progress: bool = True
-    """Show a progress bar."""
 
     def __post_init__(self) -> None:
         positive = {"steps": self.steps, "batch_size": self.batch_size, "log_every": self.log_every}
@@ -114,23 +103,6 @@ class EncoderTrainConfig:
         if self.width is not None:
             config["width"] = self.width
         return config | parse_options(self.kind, self.options)
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        for key in ("dataset", "test_dataset", "runs_dir"):
-            data[key] = None if data[key] is None else str(data[key])
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> EncoderTrainConfig:
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown encoder training config keys {sorted(unknown)}")
-        data = dict(data)
-        for key in ("dataset", "test_dataset", "runs_dir"):
-            data[key] = None if data.get(key) is None else Path(data[key])
-        data["options"] = tuple(data.get("options", ()))
-        return cls(**data)
 
 
 _PARSERS = {int: int, float: float, str: str, bool: lambda v: {"true": True, "false": False}[v.lower()]}
@@ -276,34 +248,18 @@ def train(config: EncoderTrainConfig, resume: Path | None = None) -> EncoderTrai
     may be raised to extend a finished run), ``threads``, ``device`` and ``progress``.
     """
     if resume is not None:
-        saved = Path(resume) / "config.json"
-        if not saved.exists():
-            raise FileNotFoundError(f"{resume} is not an encoder run directory: it has no config.json")
-        given = config
-        config = EncoderTrainConfig.from_json(json.loads(saved.read_text()))
-        config.steps = max(config.steps, given.steps)
-        config.threads, config.device, config.progress = given.threads, given.device, given.progress
+        config = resume_config(EncoderTrainConfig, config, resume, "an encoder")
     if config.threads:
         torch.set_num_threads(config.threads)
-    device = torch.device(
-        ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device
-    )
+    device = torch_device(config.device)
     train_frames, test_frames = _frames(config)
     torch.manual_seed(config.seed)
     model = build_encoder(config.kind, **config.encoder_config(train_frames.views, train_frames.size))
     trainer = _Trainer(config, model, device)
+    run_dir = Path(resume) if resume is not None else _run_dir(config)
     if resume is not None:
-        run_dir = Path(resume)
         trainer.load(run_dir / "checkpoints" / "latest")
-    else:
-        run_dir = _run_dir(config)
-        if run_dir.exists():
-            raise FileExistsError(f"run directory {run_dir} exists; pass --resume {run_dir} to continue it")
-        run_dir.mkdir(parents=True)
-        (run_dir / "config.json").write_text(json.dumps(config.to_json(), indent=2) + "\n")
-        (run_dir / "provenance.json").write_text(json.dumps(provenance(), indent=2) + "\n")
-    with (run_dir / "sessions.jsonl").open("a") as f:
-        f.write(json.dumps({"start_step": trainer.step, "time": time.time(), "resumed": resume is not None}) + "\n")
+    open_run(run_dir, config.to_json(), resume is not None, trainer.step)
     meta = {"dataset": str(config.dataset), "cameras": list(train_frames.cameras), "train_frames": len(train_frames)}
     writer = SummaryWriter(str(run_dir / "tb"))
     result = EncoderTrainResult(run_dir=run_dir, steps=trainer.step, wall_s=0.0)
@@ -386,6 +342,5 @@ def train(config: EncoderTrainConfig, resume: Path | None = None) -> EncoderTrai
     (run_dir / "scores.json").write_text(json.dumps({"steps": trainer.step, **scores.to_json()}, indent=2) + "\n")
     writer.close()
     result.steps, result.wall_s = trainer.step, time.perf_counter() - start
-    with (run_dir / "sessions.jsonl").open("a") as f:
-        f.write(json.dumps({"end_step": trainer.step, "wall_s": result.wall_s, "time": time.time()}) + "\n")
+    close_run(run_dir, trainer.step, result.wall_s)
     return result
