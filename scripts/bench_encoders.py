@@ -38,6 +38,7 @@ from ecrl.encoders.data import Frames  # noqa: E402
 from ecrl.encoders.evaluate import score_encoder  # noqa: E402
 from ecrl.encoders.io import ENCODER_KINDS, build_encoder, load_encoder  # noqa: E402
 from ecrl.encoders.metrics import encode_rate  # noqa: E402
+from ecrl.encoders.train import decomposition_image  # noqa: E402
 from ecrl.reporting import markdown_table, report_header  # noqa: E402
 
 
@@ -138,6 +139,7 @@ def measure(args: EncodersArgs) -> dict[str, Any]:
             "encode_vs_render": rate / reference,
         }
         if trained:
+            save_decomposition(args.out, label, model, test)
             scores = score_encoder(model, fit, test, args.fit_frames, args.test_frames, probe_steps=args.probe_steps)
             row |= {
                 "fg_ari": scores.fg_ari,
@@ -153,6 +155,24 @@ def measure(args: EncodersArgs) -> dict[str, Any]:
             }
         rows.append(row)
     return {"threads": args.threads, "image_size": size, "cameras": list(cameras), "trained": trained, "encoders": rows}
+
+
+def decomposition_file(label: str) -> str:
+    return f"decomposition_{label}.png"
+
+
+def save_decomposition(out: Path, label: str, model: Any, test: Frames, frames: int = 3) -> None:
+    """``out/decomposition_<label>.png``: held-out camera images, their reconstruction, decomposition and
+    entity positions (:func:`~ecrl.encoders.train.decomposition_image`), doubled in size."""
+    import imageio.v3 as iio
+
+    index = np.linspace(0, len(test) - 1, frames).astype(int)
+    images = test.batch(index)
+    with torch.no_grad():
+        result = model(images)
+    picture = decomposition_image(*(t.float().numpy() for t in (images, result.recon, result.alpha, result.positions)))
+    out.mkdir(parents=True, exist_ok=True)
+    iio.imwrite(out / decomposition_file(label), np.kron(picture, np.ones((2, 2, 1), np.uint8)))
 
 
 def check_targets(args: EncodersArgs, result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -279,6 +299,14 @@ def write_readme(path: Path, command: str, args: EncodersArgs, result: dict[str,
         "",
         f"![FG-ARI, position error and encoding speed]({FIGURE})",
     ]
+    for r in result["encoders"] if result["trained"] else []:
+        lines += [
+            "",
+            f"**{r['label']}** on held-out frames; per row one camera image: input, reconstruction, decomposition "
+            "(each pixel coloured by the entity with the largest alpha, dimmed where little is explained), entity positions:",
+            "",
+            f"![{r['label']} decomposition]({decomposition_file(r['label'])})",
+        ]
     path.write_text("\n".join(lines) + "\n")
 
 

@@ -126,3 +126,4 @@ def test_bench_encoders_scores_trained_checkpoints(frames_path, tmp_path, capsys
     assert -1 <= row["fg_ari"] <= 1 and row["per_n"]["2"]["frames"] == 16
     assert [t["target"].split()[0] for t in result["targets"]][:2] == ["FG-ARI", "position"]
     assert (out / "encoders.png").stat().st_size > 0 and "FG-ARI" in (out / "README.md").read_text()
+    assert (out / "decomposition_slot.png").stat().st_size > 0
