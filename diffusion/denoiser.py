@@ -40,6 +40,7 @@ __all__ = [
     "STATIC_DIM",
     "DenoiserConfig",
     "EntityDenoiser",
+    "generic_rows",
     "goal_features",
     "join_rows",
     "load_denoiser",
@@ -112,6 +113,16 @@ def split_rows(observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return static, dynamic
 
 
+def generic_rows(observation: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generic entity rows over a window: static context (the rows at step 0) and dynamic state (all of them).
+
+    Args:
+        observation: ``(B, T, N, width)`` normalised rows (padded rows are excluded by the mask).
+    """
+    _check_shapes(observation=(observation, ("B", "T", "N", width)))
+    return observation[:, 0], observation
+
+
 def join_rows(reference: torch.Tensor, dynamic: torch.Tensor) -> torch.Tensor:
     """Write (predicted) dynamic features back into entity rows: the inverse of :func:`split_rows`.
 
@@ -159,6 +170,11 @@ class DenoiserConfig:
         relative_goals: in that cross-attention, keys and values also embed each goal's position
             relative to the entity (:class:`RelativeGoalAttention`), so "how far, which way" is read
             exactly instead of being worked out from two absolute positions.
+        entity_dim: 0 (default): entity rows in the state layout, split into static attributes and
+            dynamic state (:func:`split_rows`). ``D > 0``: *generic* entity rows of width ``D`` with no
+            known layout, e.g. an encoder's entities from pixels (:mod:`ecrl.diffusion.pixels`): a
+            row, normalised by the caller, is both the entity's dynamic state (all ``D`` features are
+            planned) and, at step 0, its static context (:func:`generic_rows`).
     """
 
     width: int = 64
@@ -171,6 +187,7 @@ class DenoiserConfig:
     noise_schedule: str = "cosine"
     entity_goals: bool = True
     relative_goals: bool = False
+    entity_dim: int = 0
 
     def __post_init__(self) -> None:
         sizes = (self.width, self.heads, self.blocks, self.mlp_ratio, self.horizon, self.action_dim)
@@ -180,6 +197,29 @@ class DenoiserConfig:
             raise ValueError(f"width ({self.width}) must be even and divisible by heads ({self.heads})")
         if self.noise_schedule not in ("cosine", "linear"):
             raise ValueError(f"noise_schedule must be 'cosine' or 'linear', got {self.noise_schedule!r}")
+        if self.entity_dim < 0:
+            raise ValueError(f"entity_dim must be 0 (state rows) or a row width > 0, got {self.entity_dim}")
+        if self.entity_dim and self.relative_goals:
+            raise ValueError("relative_goals reads positions from state rows; generic rows (entity_dim > 0) have none")
+
+    @property
+    def static_dim(self) -> int:
+        """Width of an entity's static features: ``STATIC_DIM``, or ``entity_dim`` for generic rows."""
+        return self.entity_dim or STATIC_DIM
+
+    @property
+    def dynamic_dim(self) -> int:
+        """Width of an entity's planned state: ``DYNAMIC_DIM``, or ``entity_dim`` for generic rows."""
+        return self.entity_dim or DYNAMIC_DIM
+
+    def split(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B, T, N, row width)`` rows → ``static (B, N, static_dim)``, ``dynamic (B, T, N, dynamic_dim)``."""
+        return generic_rows(observation, self.entity_dim) if self.entity_dim else split_rows(observation)
+
+    @property
+    def row_dim(self) -> int:
+        """Width of the entity rows the denoiser's callers hand in: ``ENTITY_DIM`` or ``entity_dim``."""
+        return self.entity_dim or ENTITY_DIM
 
 
 def sinusoid(x: torch.Tensor, width: int, max_period: float = 10_000.0) -> torch.Tensor:
@@ -293,8 +333,8 @@ class EntityDenoiser(nn.Module):
         super().__init__()
         self.config = config = config or DenoiserConfig()
         w = config.width
-        self.embed_state = mlp([DYNAMIC_DIM, w, w])
-        self.embed_static = mlp([STATIC_DIM, w, w])
+        self.embed_state = mlp([config.dynamic_dim, w, w])
+        self.embed_static = mlp([config.static_dim, w, w])
         self.embed_action = mlp([config.action_dim, w, w])
         self.embed_goal = mlp([GOAL_DIM, w, w])
         self.entity_goals: nn.Module | None = None
@@ -311,7 +351,7 @@ class EntityDenoiser(nn.Module):
         self.modulation_out = nn.Linear(w, 2 * w)
         nn.init.zeros_(self.modulation_out.weight)
         nn.init.zeros_(self.modulation_out.bias)
-        self.head_state = nn.Linear(w, DYNAMIC_DIM)
+        self.head_state = nn.Linear(w, config.dynamic_dim)
         self.head_action = nn.Linear(w, config.action_dim)
 
     def forward(
@@ -347,9 +387,9 @@ class EntityDenoiser(nn.Module):
         config = self.config
         steps, horizon = config.horizon + 1, config.horizon
         specs = {
-            "states": (states, ("B", steps, "N", DYNAMIC_DIM)),
+            "states": (states, ("B", steps, "N", config.dynamic_dim)),
             "actions": (actions, ("B", horizon, config.action_dim)),
-            "static": (static, ("B", "N", STATIC_DIM)),
+            "static": (static, ("B", "N", config.static_dim)),
             "goals": (goals, ("B", "M", GOAL_DIM)),
             "mask": (mask, ("B", "N")),
             "goal_mask": (goal_mask, ("B", "M")),

@@ -94,6 +94,7 @@ class DiffusionPlanner(nn.Module):
             steps=self.sampling_steps,
             generator=generator,
             guidance=self.guidance,
+            mask=obs.get("mask"),
         )
 
     @torch.no_grad()

@@ -23,16 +23,14 @@ import torch
 from torch import nn
 
 from ecrl.diffusion.denoiser import (
-    DYNAMIC_DIM,
     DenoiserConfig,
     EntityDenoiser,
     _check_bool,
     _check_shapes,
     goal_features,
     join_rows,
-    split_rows,
 )
-from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
+from ecrl.entities import ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
 
 __all__ = ["EMA", "LossTerms", "NoiseSchedule", "Plan", "Window", "encode_window", "loss", "sample"]
 
@@ -129,8 +127,10 @@ def encode_window(batch: Mapping[str, torch.Tensor], config: DenoiserConfig) -> 
     if missing:
         raise ValueError(f"batch lacks {sorted(missing)}; got keys {sorted(batch)}")
     obs, action, goal = (torch.as_tensor(batch[k]) for k in ("observation", "action", "desired_goal"))
+    if config.entity_dim and "mask" not in batch:
+        raise ValueError("generic entity rows (entity_dim > 0) have no present flag: the batch needs a mask")
     specs = {
-        "observation": (obs, ("B", config.horizon + 1, "N", ENTITY_DIM)),
+        "observation": (obs, ("B", config.horizon + 1, "N", config.row_dim)),
         "action": (action, ("B", config.horizon, config.action_dim)),
         "desired_goal": (goal, ("B", "M", GOAL_DIM)),
     }
@@ -145,7 +145,7 @@ def encode_window(batch: Mapping[str, torch.Tensor], config: DenoiserConfig) -> 
     if valid is not None:  # per step: step 0 is real, step k + 1 where action k is valid
         valid = torch.cat([valid.new_ones(valid.shape[0], 1), valid], dim=1)
     obs, action, goal = obs.float(), action.float(), goal.float()
-    static, states = split_rows(obs)
+    static, states = config.split(obs)
     return Window(static, states, action, goal_features(goal), mask, goal_mask, valid)
 
 
@@ -221,7 +221,8 @@ class Plan:
     Attributes:
         actions: ``(B, H, A)`` in ``[-1, 1]``; ``actions[:, 0]`` is the one to take now.
         states: ``(B, H + 1, N, DYNAMIC_DIM)`` normalised dynamic states (step 0 = the observation).
-        rows: ``(B, H + 1, N, ENTITY_DIM)`` the same states as entity rows in world units.
+        rows: ``(B, H + 1, N, ENTITY_DIM)`` the same states as entity rows in world units (for generic
+            rows, ``entity_dim > 0``: the normalised rows themselves, as ``states``).
     """
 
     actions: torch.Tensor
@@ -242,6 +243,7 @@ def sample(
     known_mask: torch.Tensor | None = None,
     clean_known: bool = False,
     guidance: float = 1.0,
+    mask: torch.Tensor | None = None,
 ) -> Plan:
     """Sample plans with DDIM from the current observation and the goal.
 
@@ -266,6 +268,8 @@ def sample(
             model, one call per step; otherwise conditional and goal-free predictions in one batch).
         clean_known: set the given entries to their clean values at every step, as step 0 is, rather
             than forward-noised ones: for a model trained with them clean (``loss(..., given_last=True)``).
+        mask: ``(B, N)`` bool, the real entities (default: the rows' present flags; required for a
+            denoiser of generic rows, ``entity_dim > 0``, whose ``observation`` is ``(B, N, entity_dim)``).
 
     Returns:
         The :class:`Plan`.
@@ -273,17 +277,20 @@ def sample(
     config = model.config
     steps_total, horizon = config.horizon + 1, config.horizon
     sizes = _check_shapes(
-        observation=(observation, ("B", "N", ENTITY_DIM)), desired_goal=(desired_goal, ("B", "M", GOAL_DIM))
+        observation=(observation, ("B", "N", config.row_dim)), desired_goal=(desired_goal, ("B", "M", GOAL_DIM))
     )
     batch, n = sizes["B"], sizes["N"]
-    state_shape = (batch, steps_total, n, DYNAMIC_DIM)
+    state_shape = (batch, steps_total, n, config.dynamic_dim)
+    if mask is None and config.entity_dim:
+        raise ValueError("generic entity rows (entity_dim > 0) have no present flag: pass mask")
     if (known_states is None) != (known_mask is None):
         raise ValueError("known_states and known_mask go together: give both or neither")
     device = next(model.parameters()).device
     observation, desired_goal = observation.to(device, torch.float32), desired_goal.to(device, torch.float32)
-    static, state0 = split_rows(observation[:, None])
+    static, state0 = config.split(observation[:, None])
     goals = goal_features(desired_goal)
-    mask, goal_mask = observation[..., _PRESENT] > 0.5, desired_goal[..., _GOAL_PRESENT] > 0.5
+    mask = observation[..., _PRESENT] > 0.5 if mask is None else mask.to(device)
+    goal_mask = desired_goal[..., _GOAL_PRESENT] > 0.5
 
     given = torch.zeros(state_shape, dtype=torch.bool, device=device)
     clean = torch.zeros(state_shape, device=device)
@@ -332,7 +339,8 @@ def sample(
             x_states = _ddim_step(x_states, pred_states, *levels, eta, generator)
             x_actions = _ddim_step(x_actions, pred_actions, *levels, eta, generator)
     states = inpaint(pred_states, None)
-    return Plan(actions=pred_actions, states=states, rows=join_rows(observation, states))
+    rows = states if config.entity_dim else join_rows(observation, states)
+    return Plan(actions=pred_actions, states=states, rows=rows)
 
 
 def _ddim_step(

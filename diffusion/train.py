@@ -24,7 +24,7 @@ import json
 import math
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,8 +38,10 @@ from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
 from ecrl.datasets import DemoDataset, read_meta
 from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser
 from ecrl.diffusion.hierarchical import HierarchicalPlanner, segment_windows, subgoal_windows
+from ecrl.diffusion.pixels import LatentWindows, PixelPlanner
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.schedule import EMA, LossTerms, loss
+from ecrl.encoders import load_encoder
 from ecrl.evaluation import evaluate, log_tensorboard, scalars
 from ecrl.policy import Policy
 from ecrl.training import RunOptions, append_csv, close_run, open_run, resume_config, torch_device, warmup_cosine
@@ -58,6 +60,8 @@ class DiffusionTrainConfig(RunOptions):
     """Demonstration dataset written by ``ecrl-collect``."""
     planner: Literal["flat", "hierarchical"] = "flat"
     """flat: one denoiser over horizon-step plans; hierarchical: subgoals every subgoal_every steps over dense segments."""
+    encoder: Path | None = None
+    """Plan from pixels: a frozen encoder (``ecrl-train-encoder`` run or checkpoint) whose entities of the dataset's camera frames replace the state entities (needs a pixel dataset; flat planner)."""
     width: int = 32
     """Token width of the denoiser."""
     heads: int = 2
@@ -143,6 +147,8 @@ class DiffusionTrainConfig(RunOptions):
             problems.append(f"ema_decay must be in (0, 1), got {self.ema_decay}")
         if self.lr <= 0:
             problems.append(f"lr must be > 0, got {self.lr}")
+        if self.encoder is not None and self.planner != "flat":
+            problems.append("planning from pixels (--encoder) is implemented for the flat planner only")
         if problems:
             raise ValueError("invalid diffusion training config: " + "; ".join(problems))
 
@@ -194,10 +200,11 @@ class DiffusionTrainConfig(RunOptions):
         """The hierarchical planner's low level: ``subgoal_every`` steps, the last one given."""
         return self.denoiser_config(self.subgoal_every)
 
-    def make_planner(self) -> DiffusionPlanner | HierarchicalPlanner:
-        """A fresh (untrained) planner of this run's kind and size."""
+    def make_planner(self, entity_dim: int = 0) -> DiffusionPlanner | HierarchicalPlanner:
+        """A fresh (untrained) planner of this run's kind and size (``entity_dim``: generic rows, see :class:`DenoiserConfig`)."""
         if self.planner == "flat":
-            return DiffusionPlanner(self.denoiser, self.sampling_steps, self.replan_every, guidance=self.guidance)
+            denoiser = replace(self.denoiser, entity_dim=entity_dim)
+            return DiffusionPlanner(denoiser, self.sampling_steps, self.replan_every, guidance=self.guidance)
         return HierarchicalPlanner(
             self.subgoal_denoiser,
             self.segment_denoiser,
@@ -252,10 +259,13 @@ def _run_dir(config: DiffusionTrainConfig) -> Path:
 class _Trainer:
     """The state of a run: planner (whose denoisers are trained), their EMA copies, optimizer, step, samplers."""
 
-    def __init__(self, config: DiffusionTrainConfig, device: torch.device) -> None:
+    def __init__(self, config: DiffusionTrainConfig, device: torch.device, pixels: tuple | None = None) -> None:
         torch.manual_seed(config.seed)
         self.config, self.device = config, device
-        self.planner = config.make_planner().to(device)
+        # Planning from pixels: (frozen encoder, LatentWindows, {"size", "cameras"}); None for state entities.
+        self.pixels = pixels
+        self.entity_dim = pixels[0].entity_dim if pixels else 0
+        self.planner = config.make_planner(self.entity_dim).to(device)
         self.models = _denoisers(self.planner)
         self.emas = {name: EMA(model, config.ema_decay) for name, model in self.models.items()}
         parameters = [p for model in self.models.values() for p in model.parameters()]
@@ -265,12 +275,28 @@ class _Trainer:
         self.generator = torch.Generator(device).manual_seed(config.seed)
 
     def ema_planner(self) -> DiffusionPlanner | HierarchicalPlanner:
-        planner = self.config.make_planner()
+        planner = self.config.make_planner(self.entity_dim)
         for name, model in _denoisers(planner).items():
             model.load_state_dict(self.emas[name].model.state_dict())
         return planner.to(self.device).eval()
 
-    def losses(self, dataset: DemoDataset) -> dict[str, LossTerms]:
+    def policy(self, meta: dict[str, Any]) -> Policy:
+        """The EMA planner as a policy (behind the frozen encoder when planning from pixels)."""
+        if not self.pixels:
+            return planner_policy(self.ema_planner(), meta)
+        encoder, windows, frames = self.pixels
+        planner = self.ema_planner()
+        kind = {"kind": encoder.kind, "config": encoder.config_dict()}
+        module = PixelPlanner(kind, planner.kwargs, windows.mean.tolist(), windows.std.tolist())
+        module.encoder.load_state_dict(encoder.state_dict())
+        module.planner.load_state_dict(planner.state_dict())
+        ones = np.ones(planner.denoiser.config.action_dim, dtype=np.float32)
+        module = module.to(self.device).eval()
+        return Policy(
+            module, -ones, ones, dict(meta, pixels=frames), "ecrl.diffusion.pixels:PixelPlanner", module.kwargs
+        )
+
+    def losses(self, dataset: DemoDataset | LatentWindows) -> dict[str, LossTerms]:
         """One batch's loss terms per denoiser (``""`` flat; ``"high"`` and ``"low"`` hierarchical)."""
         config, rng = self.config, self.rng
 
@@ -299,7 +325,7 @@ class _Trainer:
         root.mkdir(parents=True, exist_ok=True)
         tmp = root / f".tmp_{self.step}"
         shutil.rmtree(tmp, ignore_errors=True)
-        planner_policy(self.ema_planner(), meta).save(tmp)
+        self.policy(meta).save(tmp)
         tensors: dict[str, torch.Tensor] = {}
         for name, model in self.models.items():
             for kind, state in (("model", model.state_dict()), ("ema", self.emas[name].state_dict())):
@@ -333,7 +359,7 @@ def _evaluate(trainer: _Trainer, task: dict[str, Any], writer: SummaryWriter, ru
     config = trainer.config
     n_train = max(task["n_objects"])
     objects = list(config.eval_objects or (n_train, 2 * n_train))
-    policy = planner_policy(trainer.ema_planner(), {})
+    policy = trainer.policy({})
     report = evaluate(
         policy,
         objects,
@@ -375,7 +401,13 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
     if len(dataset) == 0:
         raise ValueError(f"dataset {config.dataset} holds no episodes")
     task = _dataset_task(config.dataset)
-    trainer = _Trainer(config, device)
+    source: DemoDataset | LatentWindows = dataset
+    pixels = None
+    if config.encoder is not None:
+        encoder = load_encoder(config.encoder, device)
+        source = LatentWindows(dataset, encoder, device, progress=config.progress)
+        pixels = (encoder, source, {"size": int(dataset.pixel_meta["size"]), "cameras": list(dataset.cameras)})
+    trainer = _Trainer(config, device, pixels)
     run_dir = Path(resume) if resume is not None else _run_dir(config)
     if resume is not None:
         trainer.load(run_dir / "checkpoints" / "latest")
@@ -392,6 +424,8 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
     }
     if config.planner == "flat":
         meta["horizon"] = config.horizon
+    if config.encoder is not None:
+        meta |= {"arch": "diffusion_from_pixels", "encoder": str(config.encoder)}
     else:
         meta |= {
             "subgoal_every": config.subgoal_every,
@@ -409,7 +443,7 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
     while trainer.step < config.steps:
         for group in trainer.optimizer.param_groups:
             group["lr"] = config.lr * warmup_cosine(trainer.step, config.warmup, config.steps)
-        terms = trainer.losses(dataset)
+        terms = trainer.losses(source)
         trainer.optimizer.zero_grad(set_to_none=True)
         sum(t.total for t in terms.values()).backward()
         for model in trainer.models.values():
@@ -442,7 +476,7 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
             trainer.save(run_dir, dict(meta, steps=trainer.step))
     bar.close()
     trainer.save(run_dir, dict(meta, steps=trainer.step))
-    planner_policy(trainer.ema_planner(), dict(meta, steps=trainer.step)).save(run_dir / "final")
+    trainer.policy(dict(meta, steps=trainer.step)).save(run_dir / "final")
     writer.close()
     result.steps, result.wall_s = trainer.step, time.perf_counter() - start
     close_run(run_dir, trainer.step, result.wall_s)

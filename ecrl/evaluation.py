@@ -228,8 +228,12 @@ def evaluate(
         progress: show a progress bar (unit: env steps, an episode ended early counts its remaining steps).
         video_dir: write one GIF per (part, N) there, ``<part>_n<N>.gif``: the episode of seed ``seed``.
         video_every: keep every k-th step in the GIFs (the env runs at 20 steps per second).
+
+    A policy whose ``meta["pixels"]`` is ``{"size": P, "cameras": [...]}`` (a planner from pixels,
+    :mod:`ecrl.diffusion.pixels`) gets envs whose observations carry those camera frames.
     """
     n_objects, parts = [int(n) for n in n_objects], list(parts)
+    pixels = (getattr(policy, "meta", None) or {}).get("pixels")
     check_settings(n_objects, goal, split, parts, episodes, n_max, batch_size, video_every)
     settings = {
         "n_objects": n_objects,
@@ -253,6 +257,8 @@ def evaluate(
             bar.set_description(f"{part} N={n}")
             gif = None if video_dir is None else video_dir / f"{part}_n{n}.gif"
             env_kwargs = {"n_objects": n, "goal": goal, "split": split, "part": part, "n_max": n_max}
+            if pixels:
+                env_kwargs.update(pixels=int(pixels["size"]), cameras=tuple(pixels["cameras"]))
             result = _evaluate_one(
                 policy, env_kwargs, part, seed, episodes, batch_size or episodes, stop_on_success, bar, gif, video_every
             )

@@ -68,7 +68,7 @@ class Policy:
         """Action ``(A,)`` for one observation (rows ``(N, D)``) or ``(B, A)`` for a batch (``(B, N, D)``).
 
         ``obs`` is an ``ecrl`` env's observation dict (any ``n_max``); entity-centric models read
-        ``observation`` and ``desired_goal`` only.
+        ``observation`` and ``desired_goal`` only, planners from pixels ``pixels`` (uint8 frames) too.
         """
         if not isinstance(obs, Mapping):
             raise TypeError(f"act takes an observation dict, got {type(obs).__name__}")
@@ -89,6 +89,14 @@ class Policy:
                 f"observation {tuple(tensors['observation'].shape)} and desired_goal "
                 f"{tuple(tensors['desired_goal'].shape)}: one is batched and the other is not"
             )
+        if "pixels" in obs:  # camera frames, for policies that plan from pixels (see ecrl.diffusion.pixels)
+            pixels = torch.as_tensor(np.asarray(obs["pixels"]), device=self.device)
+            if pixels.ndim != (4 if single else 5):
+                raise ValueError(
+                    f"obs['pixels']: expected (V, P, P, 3) frames with unbatched rows or (B, V, P, P, 3) with "
+                    f"batched ones, got shape {tuple(pixels.shape)}"
+                )
+            tensors["pixels"] = pixels
         if single:
             tensors = {k: v[None] for k, v in tensors.items()}
         elif len({t.shape[0] for t in tensors.values()}) > 1:

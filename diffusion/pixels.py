@@ -1,0 +1,179 @@
+"""Planning from pixels: a diffusion planner over a frozen encoder's entities.
+
+A pixel dataset (``ecrl-collect --pixels``) holds camera frames of every state. A frozen
+object-centric encoder (:mod:`ecrl.encoders`, trained by ``ecrl-train-encoder``) turns each frame
+into ``V · K`` entity rows; a denoiser of *generic* rows (``DenoiserConfig.entity_dim = D``) plans
+over them exactly as the state planner plans over state entities: the current rows inpainted at
+step 0, the goal rows (the targets' attributes and positions, as in the state planner) as
+conditioning, future rows and actions predicted jointly.
+
+- :class:`LatentWindows` encodes every frame once, normalises the rows (per-feature mean and
+  standard deviation over the dataset) and, within each episode and camera, re-orders the entities
+  of every frame to follow those of the frame before (optimal assignment on the normalised rows), so
+  that a token keeps meaning the same thing along a window: an encoder's slots or particles come in
+  no particular order per image.
+- :class:`PixelPlanner` is the policy: ``obs["pixels"]`` (an env made with ``pixels=P``) → encoder
+  → normalised rows → :class:`~ecrl.diffusion.planner.DiffusionPlanner`. Its policy ``meta`` carries
+  ``pixels = {"size", "cameras"}``, from which the evaluation runner makes envs that render them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from scipy.spatial.distance import cdist
+from torch import nn
+from tqdm.auto import tqdm
+
+from ecrl.datasets import DatasetError, DemoDataset
+from ecrl.diffusion.planner import DiffusionPlanner
+from ecrl.encoders import EntityEncoder, build_encoder
+
+__all__ = ["LatentWindows", "PixelPlanner", "frames_to_images"]
+
+
+def frames_to_images(pixels: torch.Tensor) -> torch.Tensor:
+    """``(B, V, P, P, 3)`` uint8 frames → ``(B, V, 3, P, P)`` floats in ``[0, 1]`` (what encoders read)."""
+    return pixels.permute(0, 1, 4, 2, 3).float().div(255)
+
+
+def _encode_all(encoder: EntityEncoder, pixels: np.ndarray, batch: int, device, progress: bool) -> np.ndarray:
+    out = []
+    encoder.eval()
+    with torch.no_grad():
+        for first in tqdm(range(0, len(pixels), batch), desc="encode frames", unit="batch", disable=not progress):
+            images = frames_to_images(torch.as_tensor(pixels[first : first + batch]).to(device))
+            out.append(encoder.encode(images)[0].float().cpu().numpy())
+    return np.concatenate(out)
+
+
+def track(rows: np.ndarray, lengths: np.ndarray, views: int) -> np.ndarray:
+    """Re-order each frame's entities to follow the previous frame's, per episode and camera.
+
+    Args:
+        rows: ``(S + E, V * K, D)`` normalised rows of every state, episodes one after the other.
+        lengths: ``(E,)`` steps per episode (an episode has ``length + 1`` states).
+        views: ``V``.
+
+    Returns:
+        The same rows, permuted within each frame and camera.
+    """
+    out = rows.copy()
+    k = rows.shape[1] // views
+    start = 0
+    for length in lengths:
+        for t in range(start + 1, start + int(length) + 1):
+            for v in range(views):
+                block = slice(v * k, (v + 1) * k)
+                _, order = linear_sum_assignment(cdist(out[t - 1, block], out[t, block], "sqeuclidean"))
+                out[t, block] = out[t, block][order]
+        start += int(length) + 1
+    return out
+
+
+class LatentWindows:
+    """Training windows of a pixel dataset with the state rows replaced by a frozen encoder's (normalised, tracked) rows.
+
+    Args:
+        data: a pixel dataset.
+        encoder: the frozen encoder (its cameras and image size must be the dataset's).
+        device: where the encoder runs.
+
+    Attributes:
+        rows: ``(S + E, V * K, D)`` normalised, tracked entity rows of every state.
+        mean, std: ``(D,)`` the normalisation.
+        success: per episode (as :attr:`DemoDataset.success`).
+    """
+
+    def __init__(
+        self, data: DemoDataset, encoder: EntityEncoder, device: torch.device | str = "cpu", progress: bool = True
+    ) -> None:
+        if data.pixels is None:
+            raise DatasetError(
+                f"{data.path} holds no frames: planning over an encoder's entities needs `ecrl-collect --pixels`"
+            )
+        views, size = len(data.cameras), int(data.pixel_meta["size"])
+        if (encoder.config.views, encoder.config.image_size) != (views, size):
+            raise DatasetError(
+                f"the encoder reads {encoder.config.views} camera(s) at {encoder.config.image_size} px; {data.path} "
+                f"holds {views} camera(s) ({', '.join(data.cameras)}) at {size} px"
+            )
+        self.data, self.success = data, data.success
+        raw = _encode_all(encoder, data.pixels, 256, device, progress)
+        self.mean, self.std = raw.mean((0, 1)), raw.std((0, 1)) + 1e-6
+        self.rows = track((raw - self.mean) / self.std, data.lengths, views).astype(np.float32)
+
+    def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """As :meth:`DemoDataset.sample_windows`, with ``observation (B, H + 1, V * K, D)`` encoder rows and an all-True ``mask``."""
+        batch = self.data.sample_windows(batch_size, horizon, rng)
+        e, t = batch["episode"], batch["start"]
+        k = t[:, None] + np.arange(horizon + 1)
+        state = self.data.state_starts[e][:, None] + np.minimum(k, self.data.lengths[e][:, None])
+        batch["observation"] = self.rows[state]
+        batch["mask"] = np.ones((len(e), self.rows.shape[1]), bool)
+        batch.pop("achieved_goal", None)
+        return batch
+
+
+class PixelPlanner(nn.Module):
+    """Observation dict with ``pixels (B, V, P, P, 3)`` uint8 → action ``(B, A)``, through a frozen encoder and a planner.
+
+    Args:
+        encoder: ``{"kind": …, "config": {…}}`` of the encoder (:func:`ecrl.encoders.build_encoder`).
+        planner: the keyword arguments of the :class:`DiffusionPlanner` (its denoiser has ``entity_dim``
+            = the encoder's row width).
+        mean, std: the row normalisation (:class:`LatentWindows`).
+    """
+
+    def __init__(
+        self, encoder: Mapping[str, Any], planner: Mapping[str, Any], mean: list[float], std: list[float]
+    ) -> None:
+        super().__init__()
+        self.encoder = build_encoder(encoder["kind"], **encoder["config"]).eval().requires_grad_(False)
+        self.planner = DiffusionPlanner(**planner)
+        width = self.planner.denoiser.config.entity_dim
+        if width != self.encoder.entity_dim or len(mean) != width or len(std) != width:
+            raise ValueError(
+                f"the planner's rows are {width} wide, the encoder's {self.encoder.entity_dim}, the normalisation "
+                f"{len(mean)}/{len(std)}: they must agree"
+            )
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32))
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return {
+            "encoder": {"kind": self.encoder.kind, "config": self.encoder.config_dict()},
+            "planner": self.planner.kwargs,
+            "mean": self.mean.tolist(),
+            "std": self.std.tolist(),
+        }
+
+    def train(self, mode: bool = True) -> PixelPlanner:
+        super().train(mode)
+        self.encoder.eval()  # frozen: always the deterministic eval-mode encoding
+        return self
+
+    def reset(self, *_: Any) -> None:
+        self.planner.reset()
+
+    def rows(self, pixels: torch.Tensor) -> torch.Tensor:
+        """``(B, V, P, P, 3)`` uint8 frames → ``(B, V * K, D)`` normalised entity rows."""
+        if pixels.ndim != 5 or pixels.shape[-1] != 3:
+            raise ValueError(f"obs['pixels']: expected (B, V, P, P, 3) uint8 frames, got shape {tuple(pixels.shape)}")
+        entities, _ = self.encoder.encode(frames_to_images(pixels.to(self.mean.device)))
+        return (entities - self.mean) / self.std
+
+    @torch.no_grad()
+    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        if "pixels" not in obs:
+            raise ValueError(
+                "this planner plans from camera frames: its observations need 'pixels' (make the env with pixels=P)"
+            )
+        rows = self.rows(obs["pixels"])
+        mask = torch.ones(rows.shape[:2], dtype=torch.bool, device=rows.device)
+        return self.planner({"observation": rows, "desired_goal": obs["desired_goal"], "mask": mask})
