@@ -92,7 +92,7 @@ class RunOptions:
     runs_dir: Path = Path("runs")
     """Where run directories are created."""
     name: str | None = None
-    """Run directory name (default: ``<dataset>__<kind>__<seed>__<time>``)."""
+    """Run directory name (default: ``<task or dataset>__<algorithm or kind>__<seed>__<time>``)."""
     progress: bool = True
     """Show a progress bar."""
 

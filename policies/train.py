@@ -19,7 +19,7 @@ import json
 import shutil
 import time
 import warnings
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -44,12 +44,13 @@ from ecrl.policies.demos import DemoBCCallback, FreezeActorCallback, collect_dem
 from ecrl.policies.export import policy_from_model
 from ecrl.policies.sb3 import ENTITY_POLICIES
 from ecrl.reporting import provenance
+from ecrl.training import RunOptions
 
 ALGOS = {"sac": SAC, "td3": TD3, "tqc": TQC}
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(RunOptions):
     """An RL training run (every field is a command-line option of ``ecrl-train``).
 
     The defaults are the recipe of ``results/rl_push1``: TD3 + HER with the EIT; 200 scripted-expert
@@ -92,10 +93,6 @@ class TrainConfig:
     """Parallel environments (``SubprocVecEnv`` when > 1 and ``subproc``)."""
     subproc: bool = True
     """Run parallel environments in subprocesses (else in-process, ``DummyVecEnv``)."""
-    device: str = "auto"
-    """torch device: auto, cpu, cuda, cuda:1, ..."""
-    threads: int | None = None
-    """torch CPU threads (default: torch's choice)."""
     lr: float = 1e-3
     """Learning rate of the critic (and of the actor, times ``actor_lr_scale``)."""
     actor_lr_scale: float = 0.1
@@ -148,12 +145,6 @@ class TrainConfig:
     """Keep every ``checkpoints/step_<k>/`` policy, not only ``latest``."""
     save_replay: bool = True
     """Save the replay buffer with each checkpoint (needed for a faithful ``--resume``)."""
-    runs_dir: Path = Path("runs")
-    """Where run directories are created."""
-    name: str | None = None
-    """Run directory name (default: ``<task>__<algo>__<seed>__<time>``)."""
-    progress: bool = True
-    """Show a progress bar."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -193,24 +184,6 @@ class TrainConfig:
         if self.split:
             kw.update(split=self.split, part=part)
         return kw
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["runs_dir"] = str(self.runs_dir)
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TrainConfig:
-        names = {f.name for f in fields(cls)}
-        unknown = set(data) - names
-        if unknown:
-            raise ValueError(f"unknown training config keys {sorted(unknown)}")
-        data = dict(data)
-        data["runs_dir"] = Path(data.get("runs_dir", "runs"))
-        for key in ("net_arch", "eval_objects"):
-            if key in data:
-                data[key] = tuple(data[key])
-        return cls(**data)
 
 
 def _make_env(config: TrainConfig) -> gym.Env:
