@@ -143,6 +143,8 @@ class TimedPolicy:
 def describe_planner(label: str, path: str, policy: Policy) -> dict[str, Any]:
     """Kind, horizon(s), sampling steps and replan intervals of a loaded planner, from its kwargs and meta."""
     kw, meta = policy.kwargs, policy.meta
+    if "planner" in kw and "encoder" in kw:  # PixelPlanner: a DiffusionPlanner behind a frozen encoder
+        kw = kw["planner"]
     row: dict[str, Any] = {
         "label": label,
         "path": path,
