@@ -110,12 +110,8 @@ class LatentWindows:
     def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """As :meth:`DemoDataset.sample_windows`, with ``observation (B, H + 1, V * K, D)`` encoder rows and an all-True ``mask``."""
         batch = self.data.sample_windows(batch_size, horizon, rng)
-        e, t = batch["episode"], batch["start"]
-        k = t[:, None] + np.arange(horizon + 1)
-        state = self.data.state_starts[e][:, None] + np.minimum(k, self.data.lengths[e][:, None])
-        batch["observation"] = self.rows[state]
-        batch["mask"] = np.ones((len(e), self.rows.shape[1]), bool)
-        batch.pop("achieved_goal", None)
+        batch["observation"] = self.rows[batch["state_index"]]
+        batch["mask"] = np.ones((batch_size, self.rows.shape[1]), bool)
         return batch
 
 

@@ -814,7 +814,8 @@ class DemoDataset:
             (B, H+1, N-1, GOAL_DIM)``; ``action (B, H, 2)``; ``reward (B, H)``; ``is_success``,
             ``expert_random`` and ``valid`` ``(B, H)`` bool; ``desired_goal (B, N-1, GOAL_DIM)``;
             ``mask (B, N)`` and ``goal_mask (B, N-1)`` bool (False on padded rows); ``episode``,
-            ``start`` and ``n_objects`` ``(B,)`` int64. Arrays are float32 unless said otherwise.
+            ``start`` and ``n_objects`` ``(B,)`` int64; ``state_index (B, H+1)`` int64, the rows of
+            :attr:`observation` (and of per-state arrays such as ``pixels``) the window's states come from. Arrays are float32 unless said otherwise.
         """
         e, t = np.asarray(episodes, np.int64).reshape(-1), np.asarray(starts, np.int64).reshape(-1)
         if horizon < 1:
@@ -853,6 +854,7 @@ class DemoDataset:
             "episode": e,
             "start": t,
             "n_objects": n,
+            "state_index": state,
         }
 
     def sample_windows(

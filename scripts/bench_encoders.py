@@ -25,7 +25,6 @@ import os
 # Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -40,6 +39,7 @@ from ecrl.encoders.io import ENCODER_KINDS, build_encoder, load_encoder  # noqa:
 from ecrl.encoders.metrics import encode_rate  # noqa: E402
 from ecrl.encoders.train import decomposition_image  # noqa: E402
 from ecrl.reporting import markdown_table, report_header  # noqa: E402
+from ecrl.scripts.bench_envs import time_calls  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -93,14 +93,9 @@ def render_rate(size: int, cameras: tuple[str, ...], images: int, repeats: int) 
     scene = env.unwrapped
     scene.render_views(cameras)  # warm-up: creates the renderer
     frames = max(1, images // len(cameras))
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(frames):
-            scene.render_views(cameras)
-        best = min(best, time.perf_counter() - start)
+    best = min(time_calls(lambda: scene.render_views(cameras), frames) for _ in range(repeats))
     env.close()
-    return frames * len(cameras) / best
+    return len(cameras) / best
 
 
 def measure(args: EncodersArgs) -> dict[str, Any]:

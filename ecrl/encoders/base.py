@@ -23,7 +23,10 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-__all__ = ["EncoderOutput", "EntityEncoder", "check_images"]
+__all__ = ["IMAGE_SIZES", "EncoderOutput", "EntityEncoder", "check_config", "check_images"]
+
+IMAGE_SIZES = (32, 64, 128)
+"""Image sides (pixels) the encoders' CNNs are built for."""
 
 
 @dataclass
@@ -47,6 +50,17 @@ class EncoderOutput:
     alpha: torch.Tensor
     positions: torch.Tensor
     losses: dict[str, torch.Tensor]
+
+
+def check_config(config: Any, counts: tuple[str, ...] = ()) -> None:
+    """Raise ValueError unless the fields every encoder config has are valid (``views``, ``image_size``,
+    ``entities`` and the extra ``counts`` integers >= 1, ``view_dim`` >= 0, ``image_size`` in :data:`IMAGE_SIZES`)."""
+    for name in ("views", "image_size", "entities", *counts, "view_dim"):
+        value, least = getattr(config, name), 0 if name == "view_dim" else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    if config.image_size not in IMAGE_SIZES:
+        raise ValueError(f"image_size must be one of {IMAGE_SIZES}, got {config.image_size!r}")
 
 
 def check_images(images: torch.Tensor, views: int, size: int) -> None:

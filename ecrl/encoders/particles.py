@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_images
+from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_config, check_images
 
 __all__ = ["PARTICLE_FIELDS", "ParticleConfig", "ParticleEncoder", "spatial_softmax"]
 
@@ -124,21 +124,7 @@ class ParticleConfig:
     """Std of the prior keypoint Gaussians, in the ``[-1, 1]`` image coordinates."""
 
     def __post_init__(self) -> None:
-        if self.image_size not in (32, 64, 128):
-            raise ValueError(f"image_size must be 32, 64 or 128, got {self.image_size}")
-        counts = {
-            "views": self.views,
-            "entities": self.entities,
-            "prior_keypoints": self.prior_keypoints,
-            "width": self.width,
-            "feature_dim": self.feature_dim,
-            "background_dim": self.background_dim,
-        }
-        for name, value in counts.items():
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.view_dim, int) or self.view_dim < 0:
-            raise ValueError(f"view_dim must be a non-negative integer, got {self.view_dim!r}")
+        check_config(self, ("prior_keypoints", "width", "feature_dim", "background_dim"))
         if self.prior_patch < 2 or self.image_size % self.prior_patch:
             raise ValueError(
                 f"prior_patch ({self.prior_patch}) must be at least 2 and divide image_size ({self.image_size})"

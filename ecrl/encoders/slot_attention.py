@@ -42,12 +42,10 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_images
+from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_config, check_images
 
 __all__ = ["SlotAttention", "SlotAttentionConfig", "SlotAttentionEncoder"]
 
-IMAGE_SIZES = (32, 64, 128)
-"""Image sizes the encoder's CNN reduces to a 16 × 16 feature grid."""
 GRID_SIZE = 16
 """Side of the feature grid the slots attend over."""
 
@@ -74,13 +72,7 @@ class SlotAttentionConfig:
     """Side of the grid a slot is broadcast on; transposed convs double it up to ``image_size``."""
 
     def __post_init__(self) -> None:
-        for name in ("views", "image_size", "entities", "width", "slot_dim", "iterations", "view_dim", "decoder_size"):
-            value = getattr(self, name)
-            least = 0 if name == "view_dim" else 1
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-        if self.image_size not in IMAGE_SIZES:
-            raise ValueError(f"image_size must be one of {IMAGE_SIZES}, got {self.image_size!r}")
+        check_config(self, ("width", "slot_dim", "iterations", "decoder_size"))
         d = self.decoder_size
         if d >= self.image_size or d & (d - 1):
             raise ValueError(

@@ -38,6 +38,7 @@ from ecrl.encoders.base import EntityEncoder
 from ecrl.encoders.data import Frames
 from ecrl.encoders.evaluate import EncoderScores, score_encoder
 from ecrl.encoders.io import build_encoder, encoder_class, save_encoder
+from ecrl.policy import load_weights
 from ecrl.training import RunOptions, append_csv, close_run, open_run, resume_config, torch_device, warmup_cosine
 
 __all__ = ["EncoderTrainConfig", "EncoderTrainResult", "decomposition_image", "parse_options", "train"]
@@ -208,8 +209,6 @@ class _Trainer:
     def load(self, ckpt: Path) -> None:
         if not (ckpt / "training.json").exists():
             raise FileNotFoundError(f"{ckpt} has no training state (training.json); cannot resume from it")
-        from ecrl.policy import load_weights
-
         load_weights(self.model, ckpt / "encoder.safetensors", ckpt / "encoder.json")
         state = json.loads((ckpt / "training.json").read_text())
         tensors = load_file(str(ckpt / "training.safetensors"))
