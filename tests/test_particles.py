@@ -25,10 +25,10 @@ def frames() -> torch.Tensor:
     return torch.from_numpy(np.stack(views)).permute(0, 1, 4, 2, 3).float() / 255
 
 
-@pytest.mark.parametrize("views, k", [(2, 8), (1, 3)])
-def test_output_shapes(views, k):
+@pytest.mark.parametrize("views, k, stride", [(2, 8, 4), (1, 3, 2)])
+def test_output_shapes(views, k, stride):
     torch.manual_seed(0)
-    enc = ParticleEncoder(ParticleConfig(views=views, entities=k))
+    enc = ParticleEncoder(ParticleConfig(views=views, entities=k, heatmap_stride=stride))
     images = torch.rand(3, views, 3, 64, 64)
     out = enc(images)
     d = 6 + enc.config.feature_dim + enc.config.view_dim
@@ -164,11 +164,79 @@ def test_bad_images_raise(images, message):
         ({"glimpse": 128}, "glimpse"),
         ({"beta_kl": -1.0}, "beta_kl"),
         ({"prior_sigma": 0.0}, "prior_sigma"),
+        ({"heatmap_stride": 8}, "heatmap_stride"),
+        ({"suppression_px": 0.0}, "suppression_px"),
+        ({"foreground_weight": -1.0}, "foreground_weight"),
+        ({"locality_weight": -0.1}, "locality_weight"),
+        ({"glimpse_fade_start": 500, "glimpse_fade_end": 100}, "glimpse_fade"),
+        ({"glimpse_fade_end": -1}, "glimpse_fade"),
     ],
 )
 def test_bad_config_raises(change, message):
     with pytest.raises(ValueError, match=message):
         ParticleConfig(**change)
+
+
+def test_glimpse_loss_fades_out_over_its_steps(frames):
+    enc = ParticleEncoder(ParticleConfig(beta_glimpse=2.0, glimpse_fade_start=100, glimpse_fade_end=300, **SMALL))
+    weights = []
+    for step in (0, 100, 200, 300, 1000):
+        enc.schedule(step)
+        weights.append(enc.glimpse_weight)
+    assert weights == pytest.approx([2.0, 2.0, 1.0, 0.0, 0.0])
+    torch.manual_seed(0)
+    out = enc(frames)
+    assert out.losses["loss"].item() == pytest.approx(
+        (out.losses["recon"] + enc.config.beta_kl * out.losses["kl"] / frames[0, 0].numel()).item(), rel=1e-5
+    )
+    still = ParticleEncoder(ParticleConfig(beta_glimpse=2.0, **SMALL))
+    still.schedule(10_000)
+    assert still.glimpse_weight == 2.0
+
+
+def test_foreground_weight_makes_undrawn_foreground_cost_more():
+    enc = ParticleEncoder(ParticleConfig(foreground_weight=10.0, **SMALL))
+    plain = ParticleEncoder(ParticleConfig(**SMALL))
+    background = torch.full((1, 3, 32, 32), 0.5)
+    images = background.clone()
+    images[0, :, 10:13, 10:13] = 0.0  # a dark object the background does not explain
+    miss_object = background.clone()  # the reconstruction leaves the object out
+    miss_table = images.clone()
+    miss_table[0, :, 20:23, 20:23] = 0.0  # same error, on a background pixel instead
+    assert plain.reconstruction_loss(miss_object, images, background) == pytest.approx(
+        plain.reconstruction_loss(miss_table, images, background).item()
+    )
+    assert enc.reconstruction_loss(miss_object, images, background) > 5 * enc.reconstruction_loss(
+        miss_table, images, background
+    )
+    assert enc.reconstruction_loss(images, images, background) == 0
+
+
+def test_locality_loss_prefers_the_particle_centred_on_a_pixel():
+    enc = ParticleEncoder(ParticleConfig(locality_weight=1.0, **SMALL))
+    mu = torch.tensor([[[-0.5, 0.0], [0.5, 0.0]]])  # two keypoints, left and right
+    left = torch.zeros(1, 2, 32, 32)
+    left[0, 0, 15:17, 7:9] = 1.0  # pixels around x = -0.5 drawn by the particle there
+    wrong = left.flip(1)  # the same pixels drawn by the particle on the right
+    assert enc.locality_loss(left, mu) == 0  # drawn by the nearest particle: free
+    assert enc.locality_loss(wrong, mu) > 0
+    assert enc.locality_loss(torch.zeros(1, 2, 32, 32), mu) == 0
+
+
+def test_close_keypoints_are_not_suppressed_by_a_narrow_bump():
+    """Two bright dots 4 px apart: a narrow suppression bump puts the first two keypoints on both."""
+    image = torch.zeros(1, 3, 64, 64)
+    image[0, :, 30:33, 20:23] = 1.0
+    image[0, :, 30:33, 24:27] = 1.0
+    centres = torch.tensor([[21.0, 31.0], [25.0, 31.0]])  # (x, y) pixel indices of the dots
+    found = {}
+    for px in (1.5, 8.0):
+        enc = ParticleEncoder(ParticleConfig(entities=2, heatmap_stride=2, suppression_px=px))
+        logits = torch.zeros(1, 2, 32, 32)
+        keypoints = (enc._keypoints(logits, image)[0] + 1) * 32 - 0.5  # to pixel indices
+        found[px] = torch.cdist(keypoints, centres).amin(0)  # each dot's distance to its nearest keypoint
+    assert found[1.5].max() < 2.0
+    assert found[8.0].max() > 2.0
 
 
 def test_prior_is_fixed():

@@ -107,6 +107,9 @@ class EntityEncoder(nn.Module):
     def config_dict(self) -> dict[str, Any]:
         return asdict(self.config)
 
+    def schedule(self, step: int) -> None:
+        """Set loss weights that change during training for gradient step ``step`` (none by default)."""
+
     def forward(self, images: torch.Tensor) -> EncoderOutput:  # pragma: no cover - interface
         raise NotImplementedError
 

@@ -76,8 +76,6 @@ SALIENCY_GAIN = 100.0
 picks one salient thing rather than averaging several."""
 SUPPRESSION = 100.0
 """Logit penalty at an earlier keypoint in later heatmaps (a Gaussian bump), as large as the saliency."""
-SUPPRESSION_CELLS = 1.0
-"""Std of that bump, in heatmap cells (4 pixels)."""
 POSITION_SIGMA_INIT = 0.02
 """Initial posterior std of the keypoints (about half a pixel at 64 px), far below ``prior_sigma``."""
 LOGVAR_INIT = -4.0
@@ -122,6 +120,26 @@ class ParticleConfig:
     :meth:`ParticleEncoder.glimpse_loss`) against the reconstruction MSE."""
     prior_sigma: float = 0.1
     """Std of the prior keypoint Gaussians, in the ``[-1, 1]`` image coordinates."""
+    foreground_weight: float = 0.0
+    """Extra weight of pixels the background does not explain in the reconstruction loss: pixel weight
+    ``1 + foreground_weight × (squared difference between image and background, summed over colour)``,
+    normalised to mean 1. Objects of a few pixels barely move a plain MSE; this makes leaving them to
+    the background cost (0: plain MSE)."""
+    locality_weight: float = 0.0
+    """Weight of the locality loss (:meth:`ParticleEncoder.locality_loss`): a pixel drawn by a particle
+    whose keypoint is not the nearest costs the difference of squared distances, so that where two
+    particles could draw a thing the one centred on it does (0: off). Without it the reconstruction does not care
+    which particle draws the pusher next to an object, and one particle often draws both."""
+    heatmap_stride: int = 4
+    """Pixels per cell of the posterior heatmaps (2 or 4): the finer grid separates things that touch."""
+    suppression_px: float = 4.0
+    """Std in pixels of the bump that keeps later keypoints off earlier ones (see :meth:`ParticleEncoder._keypoints`).
+    It should be below the distance between touching things (about 4 px for the pusher and an object at 64 px)."""
+    glimpse_fade_start: int = 0
+    """Training step at which ``beta_glimpse`` starts to fade linearly to 0 (see ``glimpse_fade_end``)."""
+    glimpse_fade_end: int = 0
+    """Training step from which the glimpse loss is off (0: never fade it). The glimpse loss asks every particle to draw its whole crop, neighbours included, which merges
+    touching things; once the glimpse decoders draw, fading it out lets particles specialise."""
 
     def __post_init__(self) -> None:
         check_config(self, ("prior_keypoints", "width", "feature_dim", "background_dim"))
@@ -136,11 +154,21 @@ class ParticleConfig:
             raise ValueError(
                 f"glimpse must be a multiple of 4 in [4, image_size={self.image_size}], got {self.glimpse}"
             )
-        for name in ("beta_kl", "beta_glimpse"):
+        for name in ("beta_kl", "beta_glimpse", "foreground_weight", "locality_weight"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.prior_sigma > 0:
             raise ValueError(f"prior_sigma must be > 0, got {self.prior_sigma}")
+        if self.heatmap_stride not in (2, 4):
+            raise ValueError(f"heatmap_stride must be 2 or 4, got {self.heatmap_stride!r}")
+        if not self.suppression_px > 0:
+            raise ValueError(f"suppression_px must be > 0, got {self.suppression_px}")
+        start, end = self.glimpse_fade_start, self.glimpse_fade_end
+        if not all(isinstance(t, int) and t >= 0 for t in (start, end)) or (end and end < start):
+            raise ValueError(
+                f"glimpse_fade_start ({start!r}) and glimpse_fade_end ({end!r}) must be step counts >= 0 "
+                "with start <= end (end 0: never fade)"
+            )
 
 
 def spatial_softmax(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -196,7 +224,7 @@ class ParticleEncoder(EntityEncoder):
         gen = torch.Generator().manual_seed(0)
         self.register_buffer("prior_filters", torch.randn(PRIOR_CHANNELS, 3, 3, 3, generator=gen) / 3.0)
         # Posterior keypoints: two stride-2 convolutions to a quarter of the resolution, then context.
-        self.trunk = nn.Sequential(_conv(5, w, 2), _conv(w, w, 2), _conv(w, w), _conv(w, w))
+        self.trunk = nn.Sequential(_conv(5, w, 2), _conv(w, w, c.heatmap_stride // 2), _conv(w, w), _conv(w, w))
         self.heatmaps = nn.Conv2d(w, c.entities, 1)
         nn.init.zeros_(self.heatmaps.weight)  # a fresh encoder's keypoints are the saliency's peaks
         nn.init.zeros_(self.heatmaps.bias)
@@ -240,6 +268,14 @@ class ParticleEncoder(EntityEncoder):
         nn.init.zeros_(self.background_decoder[0].bias)
         self.register_buffer("coords", _coordinate_channels(s), persistent=False)
         self.cells = s // c.prior_patch
+        self.glimpse_weight = c.beta_glimpse
+        """The glimpse loss's weight now: ``beta_glimpse``, faded by :meth:`schedule`."""
+
+    def schedule(self, step: int) -> None:
+        """Fade the glimpse loss between ``glimpse_fade_start`` and ``glimpse_fade_end`` (training calls this every step)."""
+        start, end = self.config.glimpse_fade_start, self.config.glimpse_fade_end
+        if end > 0:
+            self.glimpse_weight = self.config.beta_glimpse * min(1.0, max(0.0, (end - step) / max(end - start, 1)))
 
     def fields(self) -> dict[str, slice]:
         """Columns of an entity row: :data:`PARTICLE_FIELDS`, then ``features`` and ``view`` (embedding)."""
@@ -312,7 +348,7 @@ class ParticleEncoder(EntityEncoder):
         saliency = SALIENCY_GAIN * saliency / saliency.flatten(1).amax(1).clamp_min(1e-8)[:, None, None, None]
         xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=logits.device, dtype=logits.dtype)
         ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=logits.device, dtype=logits.dtype)
-        width = SUPPRESSION_CELLS * 2 / w
+        width = self.config.suppression_px * 2 / self.config.image_size
         taken = torch.zeros_like(saliency[:, 0])  # (N, h, w)
         keypoints = []
         for k in range(logits.shape[1]):
@@ -452,10 +488,15 @@ class ParticleEncoder(EntityEncoder):
         )
         kl_features = _gaussian_kl(post["features"], post["features_logvar"], 0.0, 0.0).sum((1, 2))
         kl = (kl_keypoints + kl_attributes + kl_features).mean()
-        recon_loss = F.mse_loss(recon, flat)
+        recon_loss = self.reconstruction_loss(recon, flat, background)
+        locality = self.locality_loss(alpha, mu) if c.locality_weight else recon_loss.new_zeros(())
         losses = {
-            "loss": recon_loss + c.beta_glimpse * glimpse_loss + c.beta_kl * kl / flat[0].numel(),
+            "loss": recon_loss
+            + self.glimpse_weight * glimpse_loss
+            + c.locality_weight * locality
+            + c.beta_kl * kl / flat[0].numel(),
             "recon": recon_loss,
+            "locality": locality,
             "glimpse": glimpse_loss,
             "kl": kl,
             "kl_keypoints": kl_keypoints.mean(),
@@ -472,6 +513,39 @@ class ParticleEncoder(EntityEncoder):
             positions=unflat(post["mu"]),
             losses=losses,
         )
+
+    def reconstruction_loss(self, recon: torch.Tensor, images: torch.Tensor, background: torch.Tensor) -> torch.Tensor:
+        """MSE of ``recon`` against ``images`` (both ``(N, 3, H, W)``), foreground pixels weighted up.
+
+        The weights (``foreground_weight``, see :class:`ParticleConfig`) come from the difference
+        between the image and the ``background`` (detached) and are normalised to mean 1 per image,
+        so the loss stays on the scale of a plain MSE.
+        """
+        if not self.config.foreground_weight:
+            return F.mse_loss(recon, images)
+        with torch.no_grad():
+            weight = 1 + self.config.foreground_weight * (images - background).square().sum(1, keepdim=True)
+            weight = weight / weight.mean((-2, -1), keepdim=True)
+        return (weight * (recon - images).square()).mean()
+
+    def locality_loss(self, alpha: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
+        """How far from the nearest keypoint each pixel is drawn: mean over pixels of
+        ``sum_k alpha_k(p) · (|p - mu_k|² - min_j |p - mu_j|²)``, distances in glimpse half-sides.
+
+        ``alpha (N, K, H, W)``: each particle's share of each pixel; ``mu (N, K, 2)``: keypoints.
+        It is zero when every pixel is drawn by the particle whose keypoint is nearest, whatever
+        is drawn, so it breaks the reconstruction's indifference about who draws a thing without
+        discouraging drawing. Distances are measured in units of the fixed glimpse size (not the
+        particle's learned scale), so growing a particle does not make its far pixels cheaper.
+        """
+        h, w = alpha.shape[-2:]
+        xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=mu.device, dtype=mu.dtype)
+        ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=mu.device, dtype=mu.dtype)
+        dx = ((xs - mu[..., :1]) / self.glimpse_share).square()  # (N, K, W)
+        dy = ((ys - mu[..., 1:]) / self.glimpse_share).square()  # (N, K, H)
+        distance = dy[..., None] + dx[:, :, None, :]  # (N, K, H, W)
+        excess = distance - distance.detach().amin(1, keepdim=True)
+        return (alpha * excess).sum(1).mean()
 
     def glimpse_loss(
         self,

@@ -294,6 +294,7 @@ def train(config: EncoderTrainConfig, resume: Path | None = None) -> EncoderTrai
     while trainer.step < config.steps:
         for group in trainer.optimizer.param_groups:
             group["lr"] = config.lr * warmup_cosine(trainer.step, config.warmup, config.steps)
+        model.schedule(trainer.step)
         images = train_frames.batch(trainer.rng.integers(len(train_frames), size=config.batch_size), device)
         out = model(images)
         trainer.optimizer.zero_grad(set_to_none=True)
