@@ -168,6 +168,7 @@ def test_bad_images_raise(images, message):
         ({"suppression_px": 0.0}, "suppression_px"),
         ({"foreground_weight": -1.0}, "foreground_weight"),
         ({"locality_weight": -0.1}, "locality_weight"),
+        ({"locality_start": -5}, "locality_start"),
         ({"glimpse_fade_start": 500, "glimpse_fade_end": 100}, "glimpse_fade"),
         ({"glimpse_fade_end": -1}, "glimpse_fade"),
     ],
@@ -177,7 +178,7 @@ def test_bad_config_raises(change, message):
         ParticleConfig(**change)
 
 
-def test_glimpse_loss_fades_out_over_its_steps(frames):
+def test_glimpse_loss_fades_out_and_locality_ramps_in(frames):
     enc = ParticleEncoder(ParticleConfig(beta_glimpse=2.0, glimpse_fade_start=100, glimpse_fade_end=300, **SMALL))
     weights = []
     for step in (0, 100, 200, 300, 1000):
@@ -189,6 +190,13 @@ def test_glimpse_loss_fades_out_over_its_steps(frames):
     assert out.losses["loss"].item() == pytest.approx(
         (out.losses["recon"] + enc.config.beta_kl * out.losses["kl"] / frames[0, 0].numel()).item(), rel=1e-5
     )
+    ramp = ParticleEncoder(ParticleConfig(locality_weight=0.4, locality_start=1000, **SMALL))
+    assert ramp.locality == 0.0  # off until its start
+    ramp.schedule(1250)
+    assert ramp.locality == pytest.approx(0.2)
+    ramp.schedule(5000)
+    assert ramp.locality == pytest.approx(0.4)
+    assert ParticleEncoder(ParticleConfig(locality_weight=0.4, **SMALL)).locality == 0.4
     still = ParticleEncoder(ParticleConfig(beta_glimpse=2.0, **SMALL))
     still.schedule(10_000)
     assert still.glimpse_weight == 2.0

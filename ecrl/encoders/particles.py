@@ -86,6 +86,8 @@ BACKGROUND_STRIDE = 8
 """The background latent decodes to a ``H / 8 × W / 8`` correction of the canvas."""
 CANVAS_GAIN = 8.0
 """The canvas logits are ``CANVAS_GAIN × parameter``, so that Adam's steps move them as fast as weights."""
+LOCALITY_RAMP = 500
+"""Steps over which the locality loss ramps in from ``locality_start``."""
 _LOGVAR_RANGE = (-12.0, 6.0)
 
 
@@ -130,6 +132,10 @@ class ParticleConfig:
     whose keypoint is not the nearest costs the difference of squared distances, so that where two
     particles could draw a thing the one centred on it does (0: off). Without it the reconstruction does not care
     which particle draws the pusher next to an object, and one particle often draws both."""
+    locality_start: int = 0
+    """Training step from which the locality loss ramps in (linearly over 500 steps). Switched on from
+    the start it makes drawing anything cheaper to leave to the background; once particles draw the
+    objects it only decides which particle draws what."""
     heatmap_stride: int = 4
     """Pixels per cell of the posterior heatmaps (2 or 4): the finer grid separates things that touch."""
     suppression_px: float = 4.0
@@ -163,6 +169,8 @@ class ParticleConfig:
             raise ValueError(f"heatmap_stride must be 2 or 4, got {self.heatmap_stride!r}")
         if not self.suppression_px > 0:
             raise ValueError(f"suppression_px must be > 0, got {self.suppression_px}")
+        if not isinstance(self.locality_start, int) or self.locality_start < 0:
+            raise ValueError(f"locality_start must be a step count >= 0, got {self.locality_start!r}")
         start, end = self.glimpse_fade_start, self.glimpse_fade_end
         if not all(isinstance(t, int) and t >= 0 for t in (start, end)) or (end and end < start):
             raise ValueError(
@@ -270,12 +278,17 @@ class ParticleEncoder(EntityEncoder):
         self.cells = s // c.prior_patch
         self.glimpse_weight = c.beta_glimpse
         """The glimpse loss's weight now: ``beta_glimpse``, faded by :meth:`schedule`."""
+        self.locality = c.locality_weight if not c.locality_start else 0.0
+        """The locality loss's weight now: ``locality_weight``, ramped in by :meth:`schedule`."""
 
     def schedule(self, step: int) -> None:
-        """Fade the glimpse loss between ``glimpse_fade_start`` and ``glimpse_fade_end`` (training calls this every step)."""
-        start, end = self.config.glimpse_fade_start, self.config.glimpse_fade_end
+        """Fade the glimpse loss out and ramp the locality loss in (training calls this every step)."""
+        c = self.config
+        start, end = c.glimpse_fade_start, c.glimpse_fade_end
         if end > 0:
-            self.glimpse_weight = self.config.beta_glimpse * min(1.0, max(0.0, (end - step) / max(end - start, 1)))
+            self.glimpse_weight = c.beta_glimpse * min(1.0, max(0.0, (end - step) / max(end - start, 1)))
+        if c.locality_start:
+            self.locality = c.locality_weight * min(1.0, max(0.0, (step - c.locality_start) / LOCALITY_RAMP))
 
     def fields(self) -> dict[str, slice]:
         """Columns of an entity row: :data:`PARTICLE_FIELDS`, then ``features`` and ``view`` (embedding)."""
@@ -489,11 +502,11 @@ class ParticleEncoder(EntityEncoder):
         kl_features = _gaussian_kl(post["features"], post["features_logvar"], 0.0, 0.0).sum((1, 2))
         kl = (kl_keypoints + kl_attributes + kl_features).mean()
         recon_loss = self.reconstruction_loss(recon, flat, background)
-        locality = self.locality_loss(alpha, mu) if c.locality_weight else recon_loss.new_zeros(())
+        locality = self.locality_loss(alpha, mu) if self.locality else recon_loss.new_zeros(())
         losses = {
             "loss": recon_loss
             + self.glimpse_weight * glimpse_loss
-            + c.locality_weight * locality
+            + self.locality * locality
             + c.beta_kl * kl / flat[0].numel(),
             "recon": recon_loss,
             "locality": locality,
