@@ -31,14 +31,9 @@ from tqdm.auto import tqdm
 
 from ecrl.datasets import DatasetError, DemoDataset
 from ecrl.diffusion.planner import DiffusionPlanner
-from ecrl.encoders import EntityEncoder, build_encoder
+from ecrl.encoders import EntityEncoder, build_encoder, frames_to_images
 
-__all__ = ["LatentWindows", "PixelPlanner", "frames_to_images"]
-
-
-def frames_to_images(pixels: torch.Tensor) -> torch.Tensor:
-    """``(B, V, P, P, 3)`` uint8 frames → ``(B, V, 3, P, P)`` floats in ``[0, 1]`` (what encoders read)."""
-    return pixels.permute(0, 1, 4, 2, 3).float().div(255)
+__all__ = ["LatentWindows", "PixelPlanner"]
 
 
 def _encode_all(encoder: EntityEncoder, pixels: np.ndarray, batch: int, device, progress: bool) -> np.ndarray:

@@ -424,8 +424,6 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
     }
     if config.planner == "flat":
         meta["horizon"] = config.horizon
-    if config.encoder is not None:
-        meta |= {"arch": "diffusion_from_pixels", "encoder": str(config.encoder)}
     else:
         meta |= {
             "subgoal_every": config.subgoal_every,
@@ -433,6 +431,8 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
             "subgoal_sampling_steps": config.subgoal_sampling_steps,
             "subgoal_replan_every": config.subgoal_replan_every or config.subgoal_every,
         }
+    if config.encoder is not None:
+        meta |= {"arch": "diffusion_from_pixels", "encoder": str(config.encoder)}
     writer = SummaryWriter(str(run_dir / "tb"))
     result = DiffusionTrainResult(run_dir=run_dir, steps=trainer.step, wall_s=0.0)
     start, window_start, window_steps = time.perf_counter(), time.perf_counter(), 0

@@ -37,7 +37,7 @@ from ecrl.encoders.data import Frames  # noqa: E402
 from ecrl.encoders.evaluate import score_encoder  # noqa: E402
 from ecrl.encoders.io import ENCODER_KINDS, build_encoder, load_encoder  # noqa: E402
 from ecrl.encoders.metrics import encode_rate  # noqa: E402
-from ecrl.encoders.train import decomposition_image  # noqa: E402
+from ecrl.encoders.train import decomposition_picture  # noqa: E402
 from ecrl.reporting import markdown_table, report_header  # noqa: E402
 from ecrl.scripts.bench_envs import time_calls  # noqa: E402
 
@@ -158,14 +158,10 @@ def decomposition_file(label: str) -> str:
 
 def save_decomposition(out: Path, label: str, model: Any, test: Frames, frames: int = 3) -> None:
     """``out/decomposition_<label>.png``: held-out camera images, their reconstruction, decomposition and
-    entity positions (:func:`~ecrl.encoders.train.decomposition_image`), doubled in size."""
+    entity positions (:func:`~ecrl.encoders.train.decomposition_picture`), doubled in size."""
     import imageio.v3 as iio
 
-    index = np.linspace(0, len(test) - 1, frames).astype(int)
-    images = test.batch(index)
-    with torch.no_grad():
-        result = model(images)
-    picture = decomposition_image(*(t.float().numpy() for t in (images, result.recon, result.alpha, result.positions)))
+    picture = decomposition_picture(model, test, np.linspace(0, len(test) - 1, frames).astype(int))
     out.mkdir(parents=True, exist_ok=True)
     iio.imwrite(out / decomposition_file(label), np.kron(picture, np.ones((2, 2, 1), np.uint8)))
 

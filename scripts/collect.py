@@ -35,7 +35,7 @@ import dataclasses  # noqa: E402
 import shlex  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
-from dataclasses import dataclass, fields  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import tyro  # noqa: E402
@@ -43,6 +43,7 @@ import tyro  # noqa: E402
 import ecrl  # noqa: E402
 from ecrl.datasets import CollectConfig, DatasetError, collect_dataset  # noqa: E402
 from ecrl.policy import CheckpointError  # noqa: E402
+from ecrl.scripts.cli import cli_errors, config_of
 from ecrl.scripts.eval import fixed_n_max  # noqa: E402
 
 
@@ -72,10 +73,12 @@ def default_out(args: Args) -> Path:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `ecrl-collect`."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
+    with cli_errors(
+        "ecrl-collect", (CheckpointError, DatasetError, ValueError)
+    ):  # bad input: a message, not a traceback
         args = tyro.cli(Args, args=argv, prog="ecrl-collect", description=__doc__)
         policy, info = None, None
-        config = CollectConfig(**{f.name: getattr(args, f.name) for f in fields(CollectConfig)})
+        config = config_of(args, CollectConfig)
         if args.policy is not None:
             if args.threads:
                 import torch
@@ -92,9 +95,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         result = collect_dataset(
             out, config, policy, append=args.append, command=shlex.join(["ecrl-collect", *argv]), policy_info=info
         )
-    except (CheckpointError, DatasetError, ValueError) as e:  # bad input: a clean message, not a traceback
-        print(f"ecrl-collect: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from e
     rate = (result.kept + result.dropped) / max(result.wall_s, 1e-9)
     print(
         f"wrote {result.kept} episodes ({result.steps} steps, {len(result.shards)} shards) to {result.path}/; "

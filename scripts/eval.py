@@ -55,6 +55,7 @@ from ecrl.evaluation import (  # noqa: E402
     write_report,
 )
 from ecrl.policy import CONFIG, CheckpointError, Policy  # noqa: E402
+from ecrl.scripts.cli import cli_errors
 
 EXPERT = "expert"
 
@@ -204,12 +205,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `ecrl-eval`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = tyro.cli(Args, args=argv, prog="ecrl-eval", description=__doc__)
-    try:
+    with cli_errors("ecrl-eval", (CheckpointError, ValueError)):  # bad input: a clean message, not a traceback
         policy = ExpertPolicy() if args.path == EXPERT else ecrl.load(args.path, device=args.device)
         objects, kwargs = resolve(args, policy)
-    except (CheckpointError, ValueError) as e:  # bad input: a clean message, not a traceback
-        print(f"ecrl-eval: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from e
     table, out = run(args, policy, objects, kwargs, command=shlex.join(["ecrl-eval", *argv]))
     print(table)
     extra = (", videos/" if args.video else "") + (", policy/" if args.copy_policy else "")

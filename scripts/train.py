@@ -27,12 +27,13 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
-from dataclasses import dataclass, fields  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import tyro  # noqa: E402
 
 from ecrl.policies.train import TrainConfig, train  # noqa: E402
+from ecrl.scripts.cli import config_of
 from ecrl.scripts.eval import main as eval_main  # noqa: E402
 
 
@@ -51,8 +52,7 @@ class TrainArgs(TrainConfig):
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `ecrl-train`."""
     args = tyro.cli(TrainArgs, args=list(sys.argv[1:] if argv is None else argv), description=__doc__)
-    config = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
-    result = train(config, resume=args.resume)
+    result = train(config_of(args, TrainConfig), resume=args.resume)
     print(f"run directory: {result.run_dir}  env steps: {result.env_steps}  wall: {result.wall_s:.0f} s")
     if args.final_eval_objects:
         objects = [str(n) for n in args.final_eval_objects]

@@ -32,13 +32,14 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
-from dataclasses import dataclass, fields  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import tyro  # noqa: E402
 
 from ecrl.datasets import DatasetError  # noqa: E402
 from ecrl.diffusion.train import DiffusionTrainConfig, train  # noqa: E402
+from ecrl.scripts.cli import cli_errors, config_of
 from ecrl.scripts.eval import main as eval_main  # noqa: E402
 
 
@@ -57,12 +58,8 @@ class TrainDiffusionArgs(DiffusionTrainConfig):
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `ecrl-train-diffusion`."""
     args = tyro.cli(TrainDiffusionArgs, args=list(sys.argv[1:] if argv is None else argv), description=__doc__)
-    try:
-        config = DiffusionTrainConfig(**{f.name: getattr(args, f.name) for f in fields(DiffusionTrainConfig)})
-        result = train(config, resume=args.resume)
-    except (DatasetError, FileExistsError, FileNotFoundError, ValueError) as e:
-        print(f"ecrl-train-diffusion: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from e
+    with cli_errors("ecrl-train-diffusion", (DatasetError, FileExistsError, FileNotFoundError, ValueError)):
+        result = train(config_of(args, DiffusionTrainConfig), resume=args.resume)
     print(
         f"run directory: {result.run_dir}  gradient steps: {result.steps}  wall: {result.wall_s:.0f} s  "
         f"loss: {result.loss:.4f}  windows/s: {result.windows_per_s:.0f}"

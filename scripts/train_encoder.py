@@ -28,13 +28,14 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
-from dataclasses import dataclass, fields  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import tyro  # noqa: E402
 
 from ecrl.datasets import DatasetError  # noqa: E402
 from ecrl.encoders.train import EncoderTrainConfig, train  # noqa: E402
+from ecrl.scripts.cli import cli_errors, config_of
 
 
 @dataclass
@@ -48,12 +49,8 @@ class TrainEncoderArgs(EncoderTrainConfig):
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `ecrl-train-encoder`."""
     args = tyro.cli(TrainEncoderArgs, args=list(sys.argv[1:] if argv is None else argv), description=__doc__)
-    try:
-        config = EncoderTrainConfig(**{f.name: getattr(args, f.name) for f in fields(EncoderTrainConfig)})
-        result = train(config, resume=args.resume)
-    except (DatasetError, FileExistsError, FileNotFoundError, ValueError) as e:
-        print(f"ecrl-train-encoder: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from e
+    with cli_errors("ecrl-train-encoder", (DatasetError, FileExistsError, FileNotFoundError, ValueError)):
+        result = train(config_of(args, EncoderTrainConfig), resume=args.resume)
     scores = ", ".join(f"{k} {v:.3f}" for k, v in result.scores.items())
     print(
         f"run directory: {result.run_dir}  steps: {result.steps}  wall: {result.wall_s:.0f} s  "

@@ -87,6 +87,8 @@ def test_training_writes_the_run_directory_and_resume_continues(push1_demos, tmp
     assert any((run / "tb").glob("events.out.tfevents.*"))
     policy = ecrl.load(run)
     assert policy.meta["train_n_objects"] == [1] and policy.meta["goal"] == "positions"
+    assert policy.meta["arch"] == "diffusion" and "horizon" in policy.meta
+    assert not any(key.startswith("subgoal") for key in policy.meta)  # a flat planner has no subgoals
     assert rollout(policy, 3, 2).shape == (2, 2)
 
     # A larger budget on resume extends the run from its checkpoint; the rest of the config is the run's own.

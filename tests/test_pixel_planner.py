@@ -70,6 +70,7 @@ def test_a_planner_from_pixels_trains_saves_and_acts_on_pixel_observations(pixel
     result = train(tiny_train_config(data_path, tmp_path, encoder=encoder_path))
     policy = ecrl.load(result.run_dir)
     assert policy.meta["pixels"] == {"size": 32, "cameras": ["front", "top"]}
+    assert policy.meta["arch"] == "diffusion_from_pixels" and not any(k.startswith("subgoal") for k in policy.meta)
     env = gym.make("ecrl/Push-v0", n_objects=3, pixels=32)  # more objects than in training
     obs, _ = env.reset(seed=0)
     policy.reset()

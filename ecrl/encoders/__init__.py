@@ -11,7 +11,7 @@ Both implement :class:`~ecrl.encoders.base.EntityEncoder`: ``encode(images (B, V
 scores them (FG-ARI, object-position probe, images/s).
 """
 
-from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_images
+from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_images, frames_to_images
 from ecrl.encoders.io import ENCODER_KINDS, build_encoder, encoder_class, load_encoder, save_encoder
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "build_encoder",
     "check_images",
     "encoder_class",
+    "frames_to_images",
     "load_encoder",
     "save_encoder",
 ]

@@ -23,7 +23,15 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-__all__ = ["IMAGE_SIZES", "EncoderOutput", "EntityEncoder", "check_config", "check_images"]
+__all__ = [
+    "IMAGE_SIZES",
+    "EncoderOutput",
+    "EntityEncoder",
+    "check_config",
+    "check_images",
+    "frames_to_images",
+    "pixel_centres",
+]
 
 IMAGE_SIZES = (32, 64, 128)
 """Image sides (pixels) the encoders' CNNs are built for."""
@@ -50,6 +58,18 @@ class EncoderOutput:
     alpha: torch.Tensor
     positions: torch.Tensor
     losses: dict[str, torch.Tensor]
+
+
+def pixel_centres(size: int, like: torch.Tensor | None = None) -> torch.Tensor:
+    """``(size,)`` centres of ``size`` equal cells spanning ``[-1, 1]`` (pixel or grid-cell coordinates),
+    on ``like``'s device and dtype (default: float32 on the CPU)."""
+    device, dtype = (like.device, like.dtype) if like is not None else (None, torch.float32)
+    return torch.linspace(-1 + 1 / size, 1 - 1 / size, size, device=device, dtype=dtype)
+
+
+def frames_to_images(frames: torch.Tensor) -> torch.Tensor:
+    """``(B, V, P, P, 3)`` uint8 camera frames → ``(B, V, 3, P, P)`` floats in ``[0, 1]`` (what encoders read)."""
+    return frames.permute(0, 1, 4, 2, 3).float().div(255)
 
 
 def check_config(config: Any, counts: tuple[str, ...] = ()) -> None:
@@ -103,6 +123,11 @@ class EntityEncoder(nn.Module):
         b, v, k, _ = features.shape
         views = self.view_embedding[None, :, None, :].expand(b, v, k, -1)
         return torch.cat([features, views.to(features.dtype)], dim=-1).flatten(1, 2)
+
+    @staticmethod
+    def all_present(entities: torch.Tensor) -> torch.Tensor:
+        """``(B, E)`` all-True mask of ``entities (B, E, D)``: for encoders whose every entity is present."""
+        return torch.ones(entities.shape[:2], dtype=torch.bool, device=entities.device)
 
     def config_dict(self) -> dict[str, Any]:
         return asdict(self.config)

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ecrl.datasets import DatasetError, DemoDataset
+from ecrl.encoders.base import frames_to_images
 from ecrl.envs.layout import ENTITY_FIELDS
 
 __all__ = ["Frames"]
@@ -49,5 +50,4 @@ class Frames:
 
     def batch(self, index: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
         """``(B, V, 3, P, P)`` float images in ``[0, 1]`` of frames ``index``."""
-        x = torch.as_tensor(self.images[index]).to(device)
-        return x.permute(0, 1, 4, 2, 3).float().div_(255)
+        return frames_to_images(torch.as_tensor(self.images[index]).to(device))

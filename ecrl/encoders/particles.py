@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_config, check_images
+from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_config, check_images, pixel_centres
 
 __all__ = ["PARTICLE_FIELDS", "ParticleConfig", "ParticleEncoder", "spatial_softmax"]
 
@@ -169,13 +169,13 @@ class ParticleConfig:
             raise ValueError(f"heatmap_stride must be 2 or 4, got {self.heatmap_stride!r}")
         if not self.suppression_px > 0:
             raise ValueError(f"suppression_px must be > 0, got {self.suppression_px}")
-        if not isinstance(self.locality_start, int) or self.locality_start < 0:
-            raise ValueError(f"locality_start must be a step count >= 0, got {self.locality_start!r}")
-        start, end = self.glimpse_fade_start, self.glimpse_fade_end
-        if not all(isinstance(t, int) and t >= 0 for t in (start, end)) or (end and end < start):
+        for name in ("locality_start", "glimpse_fade_start", "glimpse_fade_end"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be a step count >= 0, got {getattr(self, name)!r}")
+        if self.glimpse_fade_end and self.glimpse_fade_end < self.glimpse_fade_start:
             raise ValueError(
-                f"glimpse_fade_start ({start!r}) and glimpse_fade_end ({end!r}) must be step counts >= 0 "
-                "with start <= end (end 0: never fade)"
+                f"glimpse_fade_end ({self.glimpse_fade_end}) must not come before glimpse_fade_start "
+                f"({self.glimpse_fade_start}); 0 never fades"
             )
 
 
@@ -187,8 +187,7 @@ def spatial_softmax(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """
     h, w = logits.shape[-2:]
     probs = logits.flatten(-2).softmax(-1).unflatten(-1, (h, w))
-    xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=logits.device, dtype=logits.dtype)
-    ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=logits.device, dtype=logits.dtype)
+    xs, ys = pixel_centres(w, logits), pixel_centres(h, logits)
     px, py = probs.sum(-2), probs.sum(-1)  # marginals (N, C, w), (N, C, h)
     mean = torch.stack([px @ xs, py @ ys], -1)
     second = torch.stack([px @ xs.square(), py @ ys.square()], -1)
@@ -276,19 +275,17 @@ class ParticleEncoder(EntityEncoder):
         nn.init.zeros_(self.background_decoder[0].bias)
         self.register_buffer("coords", _coordinate_channels(s), persistent=False)
         self.cells = s // c.prior_patch
-        self.glimpse_weight = c.beta_glimpse
-        """The glimpse loss's weight now: ``beta_glimpse``, faded by :meth:`schedule`."""
-        self.locality = c.locality_weight if not c.locality_start else 0.0
-        """The locality loss's weight now: ``locality_weight``, ramped in by :meth:`schedule`."""
+        self.schedule(0)
 
     def schedule(self, step: int) -> None:
-        """Fade the glimpse loss out and ramp the locality loss in (training calls this every step)."""
+        """Set the loss weights of gradient step ``step`` (training calls this every step): ``glimpse_weight``,
+        ``beta_glimpse`` faded out over the glimpse-fade steps, and ``locality``, ``locality_weight``
+        ramped in from ``locality_start``."""
         c = self.config
-        start, end = c.glimpse_fade_start, c.glimpse_fade_end
-        if end > 0:
-            self.glimpse_weight = c.beta_glimpse * min(1.0, max(0.0, (end - step) / max(end - start, 1)))
-        if c.locality_start:
-            self.locality = c.locality_weight * min(1.0, max(0.0, (step - c.locality_start) / LOCALITY_RAMP))
+        fade = _ramp(step, c.glimpse_fade_start, c.glimpse_fade_end) if c.glimpse_fade_end else 0.0
+        self.glimpse_weight = c.beta_glimpse * (1 - fade)
+        ramp = _ramp(step, c.locality_start, c.locality_start + LOCALITY_RAMP) if c.locality_start else 1.0
+        self.locality = c.locality_weight * ramp
 
     def fields(self) -> dict[str, slice]:
         """Columns of an entity row: :data:`PARTICLE_FIELDS`, then ``features`` and ``view`` (embedding)."""
@@ -312,7 +309,7 @@ class ParticleEncoder(EntityEncoder):
         """Prior keypoints ``(N, L, 2)`` of ``images: (N, 3, H, W)`` (no gradient)."""
         local, var = spatial_softmax(self._patch_energy(images) / PRIOR_TEMPERATURE)  # within-patch coordinates
         cells = images.shape[-1] // self.config.prior_patch
-        centres = torch.linspace(-1 + 1 / cells, 1 - 1 / cells, cells, device=images.device)
+        centres = pixel_centres(cells, images)
         grid = torch.stack(torch.meshgrid(centres, centres, indexing="xy"), -1).reshape(-1, 2)  # (P, 2) x, y
         proposals = grid + local / cells
         keep = var.sum(-1).topk(self.config.prior_keypoints, dim=1, largest=False).indices
@@ -359,8 +356,7 @@ class ParticleEncoder(EntityEncoder):
         energy = rearrange(self._patch_energy(images), "n (gy gx) py px -> n (gy py) (gx px)", gx=self.cells)
         saliency = F.adaptive_avg_pool2d(energy[:, None], (h, w))
         saliency = SALIENCY_GAIN * saliency / saliency.flatten(1).amax(1).clamp_min(1e-8)[:, None, None, None]
-        xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=logits.device, dtype=logits.dtype)
-        ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=logits.device, dtype=logits.dtype)
+        xs, ys = pixel_centres(w, logits), pixel_centres(h, logits)
         width = self.config.suppression_px * 2 / self.config.image_size
         taken = torch.zeros_like(saliency[:, 0])  # (N, h, w)
         keypoints = []
@@ -412,7 +408,7 @@ class ParticleEncoder(EntityEncoder):
         b = images.shape[0]
         post = self._posterior(images.flatten(0, 1))
         entities = self.attach_views(self._rows(post, b))
-        return entities, torch.ones(entities.shape[:2], dtype=torch.bool, device=images.device)
+        return entities, self.all_present(entities)
 
     # ------------------------------------------------------------------ decoder
     def render(
@@ -440,8 +436,7 @@ class ParticleEncoder(EntityEncoder):
         h, w = background.shape[-2:]
         # The inverse of the crop's affine map, glimpse coordinates u = (p - mu) / scale at every pixel
         # p, built per axis (x depends on the column only, y on the row) instead of by affine_grid.
-        xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=mu.device, dtype=mu.dtype)
-        ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=mu.device, dtype=mu.dtype)
+        xs, ys = pixel_centres(w, mu), pixel_centres(h, mu)
         u = (xs - mu[..., :1]) / scale[..., :1]  # (N, K, W)
         v = (ys - mu[..., 1:]) / scale[..., 1:]  # (N, K, H)
         grid = torch.stack([u[:, :, None, :].expand(-1, -1, h, -1), v[..., None].expand(-1, -1, -1, w)], -1)
@@ -520,7 +515,7 @@ class ParticleEncoder(EntityEncoder):
         unflat = lambda t: t.unflatten(0, (b, v))  # noqa: E731
         return EncoderOutput(
             entities=entities,
-            mask=torch.ones(entities.shape[:2], dtype=torch.bool, device=images.device),
+            mask=self.all_present(entities),
             recon=unflat(recon),
             alpha=unflat(alpha),
             positions=unflat(post["mu"]),
@@ -552,8 +547,7 @@ class ParticleEncoder(EntityEncoder):
         particle's learned scale), so growing a particle does not make its far pixels cheaper.
         """
         h, w = alpha.shape[-2:]
-        xs = torch.linspace(-1 + 1 / w, 1 - 1 / w, w, device=mu.device, dtype=mu.dtype)
-        ys = torch.linspace(-1 + 1 / h, 1 - 1 / h, h, device=mu.device, dtype=mu.dtype)
+        xs, ys = pixel_centres(w, mu), pixel_centres(h, mu)
         dx = ((xs - mu[..., :1]) / self.glimpse_share).square()  # (N, K, W)
         dy = ((ys - mu[..., 1:]) / self.glimpse_share).square()  # (N, K, H)
         distance = dy[..., None] + dx[:, :, None, :]  # (N, K, H, W)
@@ -592,8 +586,13 @@ class ParticleEncoder(EntityEncoder):
         return kl.amin(2).sum(1) + kl.amin(1).sum(1)
 
 
+def _ramp(step: int, start: int, end: int) -> float:
+    """0 before ``start``, 1 from ``end``, linear in between."""
+    return min(1.0, max(0.0, (step - start) / max(end - start, 1)))
+
+
 def _coordinate_channels(size: int) -> torch.Tensor:
     """``(1, 2, size, size)`` x and y of pixel centres in ``[-1, 1]``."""
-    line = torch.linspace(-1 + 1 / size, 1 - 1 / size, size)
+    line = pixel_centres(size)
     ys, xs = torch.meshgrid(line, line, indexing="ij")
     return torch.stack([xs, ys])[None]

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_config, check_images
+from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_config, check_images, pixel_centres
 
 __all__ = ["SlotAttention", "SlotAttentionConfig", "SlotAttentionEncoder"]
 
@@ -82,7 +82,7 @@ class SlotAttentionConfig:
 
 def _coordinates(size: int) -> torch.Tensor:
     """``(size², 2)`` centres ``(x, y)`` of the cells of a ``size × size`` grid in ``[-1, 1]``, row-major."""
-    c = (torch.arange(size, dtype=torch.float32) + 0.5) / size * 2 - 1
+    c = pixel_centres(size)
     y, x = torch.meshgrid(c, c, indexing="ij")
     return torch.stack([x.flatten(), y.flatten()], dim=-1)
 
@@ -215,9 +215,10 @@ class SlotAttentionEncoder(EntityEncoder):
         recon, alpha = self.decode(slots)
         moments = _moments(alpha.flatten(-2), self.pixel_xy)  # (B, V, K, 3): x, y, mass
         mse = F.mse_loss(recon, images.to(recon.dtype))
+        entities = self.attach_views(torch.cat([slots, _moments(attention, self.grid_xy)], dim=-1))
         return EncoderOutput(
-            entities=self.attach_views(torch.cat([slots, _moments(attention, self.grid_xy)], dim=-1)),
-            mask=self._mask(images),
+            entities=entities,
+            mask=self.all_present(entities),
             recon=recon,
             alpha=alpha,
             positions=moments[..., :2],
@@ -231,11 +232,5 @@ class SlotAttentionEncoder(EntityEncoder):
         """
         check_images(images, self.config.views, self.config.image_size)
         slots, attention = self.slots(images)
-        features = torch.cat([slots, _moments(attention, self.grid_xy)], dim=-1)
-        return self.attach_views(features), self._mask(images)
-
-    def _mask(self, images: torch.Tensor) -> torch.Tensor:
-        """``(B, V * K)`` all True: every slot is an entity."""
-        return torch.ones(
-            images.shape[0], self.config.views * self.config.entities, dtype=torch.bool, device=images.device
-        )
+        entities = self.attach_views(torch.cat([slots, _moments(attention, self.grid_xy)], dim=-1))
+        return entities, self.all_present(entities)

@@ -41,7 +41,14 @@ from ecrl.encoders.io import build_encoder, encoder_class, save_encoder
 from ecrl.policy import load_weights
 from ecrl.training import RunOptions, append_csv, close_run, open_run, resume_config, torch_device, warmup_cosine
 
-__all__ = ["EncoderTrainConfig", "EncoderTrainResult", "decomposition_image", "parse_options", "train"]
+__all__ = [
+    "EncoderTrainConfig",
+    "EncoderTrainResult",
+    "decomposition_image",
+    "decomposition_picture",
+    "parse_options",
+    "train",
+]
 
 
 @dataclass
@@ -177,6 +184,17 @@ def decomposition_image(images: np.ndarray, recon: np.ndarray, alpha: np.ndarray
                 dots[max(0, y - 1) : y + 2, max(0, x - 1) : x + 2] = colours[entity]
             rows.append(np.concatenate([image, recon[s, view].transpose(1, 2, 0), decomposition[s, view], dots], 1))
     return (np.clip(np.concatenate(rows, 0), 0, 1) * 255).astype(np.uint8)
+
+
+@torch.no_grad()
+def decomposition_picture(model: EntityEncoder, frames: Frames, index: np.ndarray) -> np.ndarray:
+    """:func:`decomposition_image` of ``frames[index]`` as ``model`` decomposes them in eval mode (its mode is restored)."""
+    was_training = model.training
+    model.eval()
+    images = frames.batch(index, next(model.parameters()).device)
+    out = model(images)
+    model.train(was_training)
+    return decomposition_image(*(t.float().cpu().numpy() for t in (images, out.recon, out.alpha, out.positions)))
 
 
 def _run_dir(config: EncoderTrainConfig) -> Path:
@@ -316,17 +334,8 @@ def train(config: EncoderTrainConfig, resume: Path | None = None) -> EncoderTrai
             result.loss, result.images_per_s = means["train/loss"], float(rate)
             logged, window_start, window_steps = [], time.perf_counter(), 0
         if trainer.step % config.image_every == 0 or trainer.step == config.steps:
-            model.eval()
-            with torch.no_grad():
-                shot = model(test_frames.batch(shown, device))
-                picture = decomposition_image(
-                    *(
-                        t.float().cpu().numpy()
-                        for t in (test_frames.batch(shown), shot.recon, shot.alpha, shot.positions)
-                    )
-                )
+            picture = decomposition_picture(model, test_frames, shown)
             writer.add_image("images/decomposition", picture, trainer.step, dataformats="HWC")
-            model.train()
         if config.eval_every and trainer.step % config.eval_every == 0 and trainer.step < config.steps:
             scores = evaluate()
             result.scores = scores.scalars()
