@@ -4,7 +4,7 @@
 
 On 256 held-out frames (seed 0): per camera, the share of foreground labels (pusher, objects) whose
 pixels mostly go to an entity that also takes another label (merged), how many of those merges
-involve the pusher, the share of pusher and object pixels drawn (entity alpha > 0.5), and the
+involve the pusher, the median pixel distance between the centres of merged labels, the share of pusher and object pixels drawn (entity alpha > 0.5), and the
 FG-ARI over objects only (pusher pixels left out).
 """
 
@@ -26,21 +26,26 @@ index = np.sort(np.random.default_rng(0).choice(len(frames), 256, replace=False)
 alpha, segmentation = run_encoder(encoder, frames, index)["alpha"], frames.segmentation[index]
 for view, camera in enumerate(frames.cameras):
     labels = merged = with_pusher = 0
+    gaps = []  # per merge: the distance between the nearest two centres of the labels merged
     for a, seg in zip(alpha[:, view], segmentation[:, view], strict=True):
         owner = a.argmax(0)
-        owners = {}
+        owners, centres = {}, {}
         for label in np.unique(seg)[1:]:
             entity, count = np.unique(owner[seg == label], return_counts=True)
             owners.setdefault(entity[count.argmax()], []).append(label)
+            centres[label] = np.argwhere(seg == label).mean(0)
             labels += 1
         for group in owners.values():
             merged += len(group) - 1
             with_pusher += len(group) > 1 and 1 in group
+            if len(group) > 1:
+                gaps.append(min(np.linalg.norm(centres[i] - centres[j]) for i in group for j in group if i < j))
     drawn = alpha[:, view].sum(1) > 0.5
     seg = segmentation[:, view]
     objects_only = fg_ari(np.where(seg == 1, 0, seg), alpha[:, view])
     print(
         f"{camera}: FG-ARI {np.nanmean(fg_ari(seg, alpha[:, view])):.3f}, objects only {np.nanmean(objects_only):.3f}; "
-        f"merged labels {merged}/{labels} ({merged / labels:.1%}), merges with the pusher {with_pusher}; "
+        f"merged labels {merged}/{labels} ({merged / labels:.1%}), merges with the pusher {with_pusher}, "
+        f"merged centres {np.median(gaps):.1f} px apart (median); "
         f"drawn: pusher pixels {drawn[seg == 1].mean():.2f}, object pixels {drawn[seg >= 2].mean():.2f}"
     )
