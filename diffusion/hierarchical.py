@@ -135,8 +135,8 @@ class HierarchicalPlanner(nn.Module):
             (the sliding subgoal must stay inside the plan).
         seed: seeds the sampler's noise at every :meth:`reset`.
         fixed_noise: start every plan of a level from the same noise (seeded by ``seed``), so each
-            level's plan is a deterministic function of the observation: re-planning does not hop
-            between the modes of a multimodal expert (which object next), as with the flat planner.
+            level's plan is a deterministic function of the observation. Off by default, as for the
+            flat planner (see :class:`~ecrl.diffusion.DiffusionPlanner`).
     """
 
     def __init__(
@@ -148,7 +148,7 @@ class HierarchicalPlanner(nn.Module):
         replan_every: int = 1,
         high_replan_every: int | None = None,
         seed: int = 0,
-        fixed_noise: bool = True,
+        fixed_noise: bool = False,
     ) -> None:
         super().__init__()
         high, low = _config(high), _config(low)

@@ -24,7 +24,7 @@ import json
 import math
 import shutil
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +44,7 @@ from ecrl.diffusion.schedule import EMA, LossTerms, loss
 from ecrl.encoders import load_encoder
 from ecrl.evaluation import evaluate, log_tensorboard, scalars
 from ecrl.policy import Policy
+from ecrl.policy import load as load_policy
 from ecrl.training import RunOptions, append_csv, close_run, open_run, resume_config, torch_device, warmup_cosine
 
 __all__ = ["DiffusionTrainConfig", "DiffusionTrainResult", "planner_policy", "train"]
@@ -87,6 +88,8 @@ class DiffusionTrainConfig(RunOptions):
     """DDIM steps (denoiser calls) per plan when acting (hierarchical: per segment)."""
     replan_every: int = 1
     """Actions executed from a plan (hierarchical: a segment) before re-planning."""
+    fixed_noise: bool = False
+    """Start every plan from the same noise (plans a deterministic function of the observation); by default each plan draws fresh noise, which solved more push-3 episodes (a planner stuck on a stand-still plan stays stuck with fixed noise)."""
     subgoal_every: int = 8
     """Hierarchical: K, env steps between subgoals (the length of a segment)."""
     subgoal_horizon: int = 8
@@ -97,6 +100,8 @@ class DiffusionTrainConfig(RunOptions):
     """Hierarchical: env steps between high-level plans (default: subgoal_every)."""
     subgoal_action_weight: float = 1.0
     """Hierarchical: weight of the high level's action term (mean action over each stride; an auxiliary target)."""
+    init_from: Path | None = None
+    """Start from the weights of a saved state planner (a checkpoint directory, e.g. a committed ``policy/``) of the same kind and size, to train it further when its run directory is gone; the weights start both the model and its EMA, the optimizer and the learning-rate schedule start afresh."""
     steps: int = 120_000
     """Budget: gradient steps (the default takes about 45 minutes on one CPU core)."""
     batch_size: int = 128
@@ -149,6 +154,8 @@ class DiffusionTrainConfig(RunOptions):
             problems.append(f"lr must be > 0, got {self.lr}")
         if self.encoder is not None and self.planner != "flat":
             problems.append("planning from pixels (--encoder) is implemented for the flat planner only")
+        if self.encoder is not None and self.init_from is not None:
+            problems.append("--init-from starts state planners only, not planners from pixels (--encoder)")
         if problems:
             raise ValueError("invalid diffusion training config: " + "; ".join(problems))
 
@@ -204,7 +211,9 @@ class DiffusionTrainConfig(RunOptions):
         """A fresh (untrained) planner of this run's kind and size (``entity_dim``: generic rows, see :class:`DenoiserConfig`)."""
         if self.planner == "flat":
             denoiser = replace(self.denoiser, entity_dim=entity_dim)
-            return DiffusionPlanner(denoiser, self.sampling_steps, self.replan_every, guidance=self.guidance)
+            return DiffusionPlanner(
+                denoiser, self.sampling_steps, self.replan_every, fixed_noise=self.fixed_noise, guidance=self.guidance
+            )
         return HierarchicalPlanner(
             self.subgoal_denoiser,
             self.segment_denoiser,
@@ -212,6 +221,7 @@ class DiffusionTrainConfig(RunOptions):
             low_sampling_steps=self.sampling_steps,
             replan_every=self.replan_every,
             high_replan_every=self.subgoal_replan_every,
+            fixed_noise=self.fixed_noise,
         )
 
 
@@ -250,6 +260,23 @@ def _denoisers(planner: DiffusionPlanner | HierarchicalPlanner) -> dict[str, Ent
     return {"": planner.denoiser}
 
 
+def _init_from(models: dict[str, EntityDenoiser], path: Path, device: torch.device) -> None:
+    """Copy the denoiser weights of the saved planner at ``path`` into ``models`` (same kind and configs, else ``ValueError``)."""
+    module = load_policy(path, device=device).module
+    if not isinstance(module, DiffusionPlanner | HierarchicalPlanner):
+        raise ValueError(f"--init-from {path}: expected a saved state planner, got a {type(module).__name__}")
+    saved = _denoisers(module)
+    if saved.keys() != models.keys():
+        kind = "hierarchical" if "high" in saved else "flat"
+        raise ValueError(f"--init-from {path}: that is a {kind} planner; this run trains another kind")
+    for name, model in models.items():
+        mine, theirs = asdict(model.config), asdict(saved[name].config)
+        differ = {k: (theirs[k], mine[k]) for k in mine if mine[k] != theirs[k]}
+        if differ:
+            raise ValueError(f"--init-from {path}: its denoiser differs from this run's, (saved, here): {differ}")
+        model.load_state_dict(saved[name].state_dict())
+
+
 def _run_dir(config: DiffusionTrainConfig) -> Path:
     algo = "diffusion" if config.planner == "flat" else "hdiffusion"
     name = config.name or f"{config.dataset.name}__{algo}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
@@ -267,6 +294,8 @@ class _Trainer:
         self.entity_dim = pixels[0].entity_dim if pixels else 0
         self.planner = config.make_planner(self.entity_dim).to(device)
         self.models = _denoisers(self.planner)
+        if config.init_from is not None:
+            _init_from(self.models, config.init_from, device)
         self.emas = {name: EMA(model, config.ema_decay) for name, model in self.models.items()}
         parameters = [p for model in self.models.values() for p in model.parameters()]
         self.optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)

@@ -158,8 +158,9 @@ def _per_episode(r: EvalResult) -> dict[str, list]:
 
 
 def describe(policy: Any) -> dict[str, Any]:
-    """A JSON-able description of a policy: its ``meta`` and its repr."""
-    return {**dict(getattr(policy, "meta", {}) or {}), "repr": repr(policy)}
+    """A JSON-able description of a policy: its ``meta``, its repr and the settings it was built with."""
+    kwargs = getattr(policy, "kwargs", None)
+    return {**dict(getattr(policy, "meta", {}) or {}), "repr": repr(policy), **({"kwargs": kwargs} if kwargs else {})}
 
 
 def check_settings(

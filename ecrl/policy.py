@@ -122,6 +122,38 @@ class Policy:
             raise ValueError(f"{self!r} is deterministic; act(..., deterministic=False) needs a stochastic policy")
         return sample(obs)
 
+    def with_options(self, **options: Any) -> Policy:
+        """A copy of this policy with some of its builder's settings changed (same weights).
+
+        Only settings already in :attr:`kwargs` whose values are plain numbers, booleans or
+        strings can change (a receding-horizon planner's ``sampling_steps``, ``fixed_noise``,
+        ``guidance``, …); sizes and nested model configs are fixed by the weights. The builder
+        validates the new values; :meth:`save` writes them.
+        """
+        if self.builder is None:
+            raise ValueError("this policy has no builder, so its settings cannot be changed")
+        settable = {k for k, v in self.kwargs.items() if isinstance(v, bool | int | float | str)}
+        unknown = sorted(set(options) - settable)
+        if unknown:
+            raise ValueError(f"cannot set {unknown} on {self!r}: settable options are {sorted(settable)}")
+        for key, value in options.items():
+            old = self.kwargs[key]
+            ok = (
+                isinstance(value, bool | int | float | str)
+                and isinstance(value, bool) == isinstance(old, bool)
+                and isinstance(value, str) == isinstance(old, str)
+                and (type(old) is not int or float(value).is_integer())
+            )
+            if not ok:
+                raise ValueError(f"option {key!r} must be a {type(old).__name__} like {old!r}, got {value!r}")
+        kwargs = {**self.kwargs, **{k: type(self.kwargs[k])(v) for k, v in options.items()}}
+        module = _builder(self.builder)(**kwargs)
+        try:
+            module.load_state_dict(self.module.state_dict())
+        except RuntimeError as e:  # a setting that sizes the model
+            raise ValueError(f"options {options} change the shape of {self!r}'s weights: {e}") from None
+        return Policy(module.to(self.device), self.action_low, self.action_high, self.meta, self.builder, kwargs)
+
     def save(self, path: str | Path) -> Path:
         """Write ``policy.safetensors`` + ``policy.json`` into directory ``path``; returns it."""
         if self.builder is None:

@@ -118,3 +118,67 @@ def test_cli_help_and_a_missing_dataset(tmp_path, capsys):
         main(["--dataset", str(tmp_path / "nothing"), "--runs-dir", str(tmp_path), "--final-eval-objects"])
     assert exit_info.value.code == 2
     assert "nothing" in capsys.readouterr().err
+
+
+def test_fresh_noise_is_the_default_and_fixed_noise_repeats_plans(policy):
+    assert policy.module.fixed_noise is False
+    env = gym.make("ecrl/Push-v0", n_objects=2)
+    batch = {k: torch.as_tensor(v[None]) for k, v in env.reset(seed=1)[0].items()}
+    for fixed in (False, True):
+        planner = policy.with_options(fixed_noise=fixed).module
+        planner.reset()
+        first, second = planner.plan(batch).actions, planner.plan(batch).actions
+        assert torch.equal(first, second) == fixed
+
+
+def test_with_options_changes_settings_not_weights(policy, tmp_path):
+    changed = policy.with_options(sampling_steps=2, fixed_noise=True, guidance=1.5)
+    assert (changed.module.sampling_steps, changed.module.fixed_noise, changed.module.guidance) == (2, True, 1.5)
+    assert policy.module.sampling_steps == 3  # the original is untouched
+    for (name, a), b in zip(policy.module.state_dict().items(), changed.module.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    loaded = ecrl.load(changed.save(tmp_path / "changed"))
+    assert loaded.kwargs["sampling_steps"] == 2 and loaded.module.fixed_noise is True
+
+
+def test_with_options_refuses_what_it_cannot_set(policy):
+    with pytest.raises(ValueError, match=r"cannot set \['denoiser', 'width'\].*settable options are"):
+        policy.with_options(denoiser={}, width=8)
+    with pytest.raises(ValueError, match="'fixed_noise' must be a bool"):
+        policy.with_options(fixed_noise=1)
+    with pytest.raises(ValueError, match="'sampling_steps' must be a int"):
+        policy.with_options(sampling_steps=2.5)
+    with pytest.raises(ValueError, match="sampling_steps must be in"):  # the builder's own check
+        policy.with_options(sampling_steps=TINY.diffusion_steps + 1)
+
+
+def test_init_from_starts_from_a_saved_planner_of_the_same_size(push1_demos, tmp_path):
+    from ecrl.diffusion.train import _Trainer
+
+    saved = train(tiny_config(push1_demos, tmp_path)).run_dir / "final"
+    trainer = _Trainer(tiny_config(push1_demos, tmp_path, init_from=saved), torch.device("cpu"))
+    weights = ecrl.load(saved).module.state_dict()
+    for name, value in trainer.planner.state_dict().items():
+        assert torch.equal(value, weights[name]), name
+    for name, value in trainer.emas[""].model.state_dict().items():  # the EMA starts there too
+        assert torch.equal(value, weights[f"denoiser.{name}"]), name
+    with pytest.raises(ValueError, match=r"denoiser differs.*'width': \(16, 8\)"):
+        _Trainer(tiny_config(push1_demos, tmp_path, init_from=saved, width=8), torch.device("cpu"))
+    with pytest.raises(ValueError, match="that is a flat planner"):
+        _Trainer(tiny_config(push1_demos, tmp_path, init_from=saved, planner="hierarchical"), torch.device("cpu"))
+
+
+def test_eval_cli_sets_policy_options_and_copies_them(policy, tmp_path, capsys):
+    from ecrl.scripts.eval import main as eval_main
+
+    path = policy.save(tmp_path / "planner")
+    out = tmp_path / "out"
+    args = [str(path), "--objects", "1", "--episodes", "1", "--no-progress", "--no-expert", "--out", str(out)]
+    eval_main([*args, "--policy-options", "sampling_steps=2", "fixed_noise=true", "--copy-policy"])
+    assert json.loads((out / "eval.json").read_text())["policy"]["kwargs"]["sampling_steps"] == 2
+    copied = ecrl.load(out / "policy")
+    assert copied.module.sampling_steps == 2 and copied.module.fixed_noise is True
+    for bad, message in (("steps", "KEY=VALUE"), ("guidance=high", "must be JSON"), ("seeds=1", "cannot set")):
+        with pytest.raises(SystemExit) as exit_:
+            eval_main([*args, "--policy-options", bad])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
