@@ -1,9 +1,10 @@
-"""Why fixed-noise planning fails: how many failed episodes end with the pusher standing still.
+"""Why deterministic acting fails: how many failed episodes end with the pusher standing still.
 
 With ``fixed_noise`` a plan is a deterministic function of the observation, so a planner that
-plans to stand still sees the same state next step, plans the same, and stands still for good.
-This runs one planner with fixed and with fresh noise on the same episodes and, for every failed
-episode, counts the steps at its end during which the pusher moved less than 1 mm per step.
+plans to stand still sees the same state next step, plans the same, and stands still for good; an
+RL actor's deterministic action has the same trap. This runs a policy on the same episodes (a
+diffusion planner twice, with fixed and with fresh noise) and, for every failed episode, counts the
+steps at its end during which the pusher moved less than 1 mm per step.
 
     python results/diffusion_push3/stand_still.py results/diffusion_push3/flat/policy --objects 3 6
 
@@ -78,14 +79,15 @@ def main() -> None:
     torch.set_num_threads(1)
     base = ecrl.load(args.policy)
     start, rows = time.perf_counter(), []
-    for fixed in (True, False):
-        policy = base.with_options(fixed_noise=fixed)
+    modes = {"fixed": True, "fresh": False} if "fixed_noise" in base.kwargs else {"deterministic": None}
+    for mode, fixed in modes.items():
+        policy = base if fixed is None else base.with_options(fixed_noise=fixed)
         for n in args.objects:
-            rows.append({"fixed_noise": fixed, **run(policy, n, args.episodes, args.seed, args.split, args.part)})
-    print(f"| noise | N | success | failures | failures still for the last {LONG}+ steps |")
+            rows.append({"mode": mode, **run(policy, n, args.episodes, args.seed, args.split, args.part)})
+    print(f"| acting | N | success | failures | failures still for the last {LONG}+ steps |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:
-        noise = "fixed" if r["fixed_noise"] else "fresh"
+        noise = r["mode"]
         still = r[f"failures_still_last_{LONG}_steps"]
         print(f"| {noise} | {r['n_objects']} | {r['successes']}/{r['episodes']} | {r['failures']} | {still} |")
     settings = {k: v for k, v in vars(args).items() if k != "out"} | {"still_m": STILL_M}
