@@ -17,7 +17,33 @@ import torch
 
 from ecrl.reporting import provenance
 
-__all__ = ["RunOptions", "append_csv", "close_run", "open_run", "resume_config", "torch_device", "warmup_cosine"]
+__all__ = [
+    "RunOptions",
+    "append_csv",
+    "close_run",
+    "open_run",
+    "parse_assignment",
+    "resume_config",
+    "torch_device",
+    "warmup_cosine",
+]
+
+_PARSERS = {int: int, float: float, str: str, bool: lambda v: {"true": True, "false": False}[v.lower()]}
+
+
+def parse_assignment(item: str, types: Mapping[str, type], what: str) -> tuple[str, Any]:
+    """A command line's ``"name=value"`` → ``(name, value)`` typed by ``types[name]`` (int, float, str
+    or bool as ``true``/``false``); ``ValueError`` naming ``what`` is set (e.g. "encoder option") otherwise."""
+    name, sep, text = item.partition("=")
+    if not sep or name not in types:
+        raise ValueError(f"{what} {item!r}: expected name=value with a name among {sorted(types)}")
+    parser = _PARSERS.get(types[name])
+    if parser is None:
+        raise ValueError(f"{what} {name!r} has type {types[name]}, which cannot be set from the command line")
+    try:
+        return name, parser(text)
+    except (ValueError, KeyError):
+        raise ValueError(f"{what} {item!r}: {text!r} is not a valid {types[name].__name__}") from None
 
 
 def warmup_cosine(step: int, warmup: int, steps: int, floor: float = 0.1) -> float:

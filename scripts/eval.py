@@ -35,14 +35,13 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import csv  # noqa: E402
-import json  # noqa: E402
 import shlex  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Annotated, Any  # noqa: E402
+from typing import Annotated  # noqa: E402
 
 import tyro  # noqa: E402
 
@@ -57,6 +56,7 @@ from ecrl.evaluation import (  # noqa: E402
 )
 from ecrl.policy import CONFIG, CheckpointError, Policy  # noqa: E402
 from ecrl.scripts.cli import cli_errors
+from ecrl.training import parse_assignment  # noqa: E402
 
 EXPERT = "expert"
 
@@ -92,7 +92,7 @@ class Args:
     device: str = "cpu"
     """Torch device of the policy."""
     policy_options: tuple[str, ...] = ()
-    """`KEY=VALUE` settings of the policy to change for this evaluation, values in JSON (e.g. `sampling_steps=10 fixed_noise=false` for a diffusion planner); any plain setting in its policy.json `kwargs`. `--copy-policy` copies the policy with them."""
+    """`KEY=VALUE` settings of the policy to change for this evaluation (e.g. `sampling_steps=10 fixed_noise=false` for a diffusion planner); any plain setting in its policy.json `kwargs`. `--copy-policy` copies the policy with them."""
     copy_policy: bool = False
     """Copy the evaluated checkpoint (and the run's config.json, training log and sessions) into `<out>/policy/`, so the output folder can be re-evaluated on its own."""
     progress: bool = True
@@ -204,20 +204,11 @@ def plot_learning_curve(progress_csv: Path, path: Path) -> None:
     plt.close(fig)
 
 
-def parse_options(items: Sequence[str]) -> dict[str, Any]:
-    """``["sampling_steps=10", "fixed_noise=false"]`` → ``{"sampling_steps": 10, "fixed_noise": False}`` (values in JSON)."""
-    options = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"policy options are KEY=VALUE, got {item!r}")
-        try:
-            options[key] = json.loads(text)
-        except json.JSONDecodeError:
-            raise ValueError(
-                f'the value of policy option {key!r} must be JSON (10, 2.5, false, "text"), got {text!r}'
-            ) from None
-    return options
+def with_policy_options(policy: Policy, items: Sequence[str]) -> Policy:
+    """``policy`` with ``["sampling_steps=10", "fixed_noise=false"]`` applied (see :meth:`Policy.with_options`);
+    each value is typed like the setting it replaces."""
+    types = {k: type(v) for k, v in policy.kwargs.items() if isinstance(v, bool | int | float | str)}
+    return policy.with_options(**dict(parse_assignment(item, types, "policy option") for item in items))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -229,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.policy_options:
             if args.path == EXPERT:
                 raise ValueError("--policy-options needs a trained policy, not the scripted expert")
-            policy = policy.with_options(**parse_options(args.policy_options))
+            policy = with_policy_options(policy, args.policy_options)
         objects, kwargs = resolve(args, policy)
     table, out = run(args, policy, objects, kwargs, command=shlex.join(["ecrl-eval", *argv]))
     print(table)

@@ -39,7 +39,16 @@ from ecrl.encoders.data import Frames
 from ecrl.encoders.evaluate import EncoderScores, score_encoder
 from ecrl.encoders.io import build_encoder, encoder_class, save_encoder
 from ecrl.policy import load_weights
-from ecrl.training import RunOptions, append_csv, close_run, open_run, resume_config, torch_device, warmup_cosine
+from ecrl.training import (
+    RunOptions,
+    append_csv,
+    close_run,
+    open_run,
+    parse_assignment,
+    resume_config,
+    torch_device,
+    warmup_cosine,
+)
 
 __all__ = [
     "EncoderTrainConfig",
@@ -113,31 +122,15 @@ class EncoderTrainConfig(RunOptions):
         return config | parse_options(self.kind, self.options)
 
 
-_PARSERS = {int: int, float: float, str: str, bool: lambda v: {"true": True, "false": False}[v.lower()]}
-
-
 def parse_options(kind: str, options: tuple[str, ...]) -> dict[str, Any]:
     """``("name=value", …)`` → typed encoder config fields of ``kind``; ValueError on anything else."""
-    cls = encoder_class(kind).Config
-    types = typing.get_type_hints(cls)
+    types = typing.get_type_hints(encoder_class(kind).Config)
     out: dict[str, Any] = {}
     for option in options:
-        name, sep, value = option.partition("=")
-        if not sep or name not in types:
-            raise ValueError(
-                f"encoder option {option!r}: expected name=value with a name among {sorted(types)} ({kind} encoder)"
-            )
+        name, value = parse_assignment(option, types, f"{kind} encoder option")
         if name in ("views", "image_size"):
             raise ValueError(f"encoder option {name!r} comes from the dataset; it cannot be set")
-        parser = _PARSERS.get(types[name])
-        if parser is None:
-            raise ValueError(
-                f"encoder option {name!r} has type {types[name]}, which cannot be set from the command line"
-            )
-        try:
-            out[name] = parser(value)
-        except (ValueError, KeyError) as e:
-            raise ValueError(f"encoder option {option!r}: {value!r} is not a valid {types[name].__name__}") from e
+        out[name] = value
     return out
 
 
