@@ -19,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 HERE = Path(__file__).parent
-STAGES = ("zero_shot", "stage1", "stage2", "stage3")
+STAGES = ("zero_shot", "stage1", "stage2", "stage3", "stage4")
 GOALS = ("sort", "ordered", "positions", "adjacent")
 HELD_OUT = {"sort": "spheres sorted", "ordered": "cylinders ordered"}
 
