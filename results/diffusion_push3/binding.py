@@ -26,6 +26,7 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
 import ecrl.envs  # noqa: E402, F401  (registers ecrl/Push-v0)
+from ecrl.reporting import markdown_table  # noqa: E402
 
 
 def pair_counts(objects) -> tuple[int, int, int]:
@@ -70,18 +71,18 @@ def main() -> None:
     rows = [analyse(r, goal, split) for r in data["results"] if r["n_objects"] in args.objects]
     if not rows:
         raise SystemExit(f"{args.eval_json} has no results for N in {args.objects}")
-    print(
-        "| part | N | success | pairs sharing colour+shape / one / neither: successes | failures "
-        "| success with a colour+shape twin | without |"
-    )
-    print("|---|---:|---:|---|---|---:|---:|")
-    fmt = lambda r, k: "/".join(f"{r[f'{k}_pairs_sharing_{w}']:.2f}" for w in ("both", "one", "neither"))  # noqa: E731
-    for r in rows:
-        print(
-            f"| {r['part']} | {r['n_objects']} | {r['successes']}/{r['episodes']} | {fmt(r, 'success')} | "
-            f"{fmt(r, 'failure')} | {r['success_rate_with_twin']:.2f} ({r['episodes_with_twin']}) | "
-            f"{r['success_rate_without_twin']:.2f} ({r['episodes_without_twin']}) |"
-        )
+    pairs = lambda r, k: " / ".join(f"{r[f'{k}_pairs_sharing_{w}']:.2f}" for w in ("both", "one", "neither"))  # noqa: E731
+    rate = lambda r, k: (
+        "–" if r[f"success_rate_{k}"] is None else f"{r[f'success_rate_{k}']:.2f} ({r[f'episodes_{k}']})"
+    )  # noqa: E731
+    header = ["part", "N", "success", "pairs sharing colour+shape / one / neither: successes", "failures"]
+    header += ["success with a colour+shape twin (episodes)", "without"]
+    table = [
+        [r["part"], r["n_objects"], f"{r['successes']}/{r['episodes']}", pairs(r, "success"), pairs(r, "failure")]
+        + [rate(r, "with_twin"), rate(r, "without_twin")]
+        for r in rows
+    ]
+    print(markdown_table(header, table, align="lrrllrr"))
     args.out.write_text(
         json.dumps({"eval_json": str(args.eval_json), "goal": goal, "split": split, "rows": rows}, indent=2)
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from ecrl.reporting import markdown_table  # noqa: E402
 
 SETTINGS = {
     "as saved": [],
@@ -29,6 +32,8 @@ SETTINGS = {
     "guidance=3": ["guidance=3.0"],
     "replan_every=2": ["replan_every=2"],
 }
+
+_KEYS = ("successes", "episodes", "success_rate", "success_ci95", "fraction_placed", "episode_length", "horizon")
 
 
 def main() -> None:
@@ -47,17 +52,16 @@ def main() -> None:
         command += ["--out", str(out)] + (["--policy-options", *options] if options else [])
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         result = json.loads((out / "eval.json").read_text())["results"][0]
-        rows.append({"setting": label, "command": " ".join(command), **{k: result[k] for k in _KEYS}})
+        rows.append({"setting": label, "command": shlex.join(command), **{k: result[k] for k in _KEYS}})
         print(f"{label}: {result['successes']}/{result['episodes']}", flush=True)
     (args.out / "sweep.json").write_text(json.dumps({"policy": args.policy, "rows": rows}, indent=2))
-    print(f"\n| setting | success (N = {args.objects}, train part) | 95% CI | fraction placed | length / horizon |")
-    print("|---|---:|---:|---:|---:|")
-    for r in rows:
-        lo, hi = r["success_ci95"]
-        print(
-            f"| {r['setting']} | {r['successes']}/{r['episodes']} | [{lo:.2f}, {hi:.2f}] | "
-            f"{r['fraction_placed']:.2f} | {r['episode_length']:.0f} / {r['horizon']} |"
-        )
+    header = ["setting", f"success (N = {args.objects}, train part)", "95% CI", "fraction placed", "length / horizon"]
+    table = [
+        [r["setting"], f"{r['successes']}/{r['episodes']}", "[{:.2f}, {:.2f}]".format(*r["success_ci95"])]
+        + [f"{r['fraction_placed']:.2f}", f"{r['episode_length']:.0f} / {r['horizon']}"]
+        for r in rows
+    ]
+    print("\n" + markdown_table(header, table))
     fig, ax = plt.subplots(figsize=(7, 3.2))
     rates = [r["success_rate"] for r in rows]
     err = [
@@ -74,8 +78,6 @@ def main() -> None:
     fig.savefig(args.out / "sweep.png", dpi=110)
     print(f"wrote {args.out / 'sweep.json'} and {args.out / 'sweep.png'}")
 
-
-_KEYS = ("successes", "episodes", "success_rate", "success_ci95", "fraction_placed", "episode_length", "horizon")
 
 if __name__ == "__main__":
     main()

@@ -87,9 +87,8 @@ def main() -> None:
     print(f"| acting | N | success | failures | failures still for the last {LONG}+ steps |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:
-        noise = r["mode"]
         still = r[f"failures_still_last_{LONG}_steps"]
-        print(f"| {noise} | {r['n_objects']} | {r['successes']}/{r['episodes']} | {r['failures']} | {still} |")
+        print(f"| {r['mode']} | {r['n_objects']} | {r['successes']}/{r['episodes']} | {r['failures']} | {still} |")
     settings = {k: v for k, v in vars(args).items() if k != "out"} | {"still_m": STILL_M}
     report = {"settings": settings, "wall_s": time.perf_counter() - start, "rows": rows}
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -18,6 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ecrl.reporting import markdown_table  # noqa: E402
+
 HERE = Path(__file__).parent
 STAGES = ("zero_shot", "stage1", "stage2", "stage3", "stage4")
 GOALS = ("sort", "ordered", "positions", "adjacent")
@@ -50,30 +52,24 @@ def cell(entry: dict | None) -> str:
 def main() -> None:
     summary = load()
     stages = [s for s in STAGES if s in summary]
-    print("| goal | part | " + " | ".join(stages) + " |")
-    print("|---|---|" + "---:|" * len(stages))
+    rows = []
     for goal in GOALS:
         for part in ("train", "test"):
             entries = [summary[s].get(goal, {}).get(part) for s in stages]
-            if all(e is None for e in entries):
-                continue
-            label = f"held out ({HELD_OUT[goal]})" if part == "test" else "train"
-            print(f"| {goal} | {label} | " + " | ".join(cell(e) for e in entries) + " |")
+            if any(e is not None for e in entries):
+                label = f"held out ({HELD_OUT[goal]})" if part == "test" else "train"
+                rows.append([goal, label, *(cell(e) for e in entries)])
+    print(markdown_table(["goal", "part", *stages], rows, align="ll" + "r" * len(stages)))
     (HERE / "summary.json").write_text(json.dumps(summary, indent=2))
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
     for ax, goal in zip(axes, ("sort", "ordered"), strict=True):
         for k, part in enumerate(("train", "test")):
             xs = [i + (k - 0.5) * 0.38 for i in range(len(stages))]
-            rates = [summary[s].get(goal, {}).get(part, {}).get("success_rate", float("nan")) for s in stages]
-            lo = [
-                r - summary[s][goal][part]["success_ci95"][0] if goal in summary[s] else 0
-                for s, r in zip(stages, rates, strict=True)
-            ]
-            hi = [
-                summary[s][goal][part]["success_ci95"][1] - r if goal in summary[s] else 0
-                for s, r in zip(stages, rates, strict=True)
-            ]
+            entries = [summary[s].get(goal, {}).get(part) for s in stages]
+            rates = [float("nan") if e is None else e["success_rate"] for e in entries]
+            lo = [0.0 if e is None else e["success_rate"] - e["success_ci95"][0] for e in entries]
+            hi = [0.0 if e is None else e["success_ci95"][1] - e["success_rate"] for e in entries]
             ax.bar(xs, rates, 0.38, yerr=[lo, hi], capsize=3, label="train part" if part == "train" else "held out")
         ax.set_xticks(range(len(stages)), [s.replace("_", " ") for s in stages])
         ax.set_title(f"{goal} (held out: {HELD_OUT[goal]})")
