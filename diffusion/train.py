@@ -101,7 +101,7 @@ class DiffusionTrainConfig(RunOptions):
     subgoal_action_weight: float = 1.0
     """Hierarchical: weight of the high level's action term (mean action over each stride; an auxiliary target)."""
     init_from: Path | None = None
-    """Start from the weights of a saved state planner (a checkpoint directory, e.g. a committed ``policy/``) of the same kind and size, to train it further when its run directory is gone; the weights start both the model and its EMA, the optimizer and the learning-rate schedule start afresh."""
+    """Start from the weights of a saved state planner (a checkpoint directory, e.g. a committed ``policy/``) of the same kind and size, to train it further when its run directory is gone; a flat planner can also start both levels of a hierarchical one (same denoiser size; horizons may differ). The weights start both the model and its EMA, the optimizer and the learning-rate schedule start afresh."""
     steps: int = 120_000
     """Budget: gradient steps (the default takes about 45 minutes on one CPU core)."""
     batch_size: int = 128
@@ -261,20 +261,37 @@ def _denoisers(planner: DiffusionPlanner | HierarchicalPlanner) -> dict[str, Ent
 
 
 def _init_from(models: dict[str, EntityDenoiser], path: Path, device: torch.device) -> None:
-    """Copy the denoiser weights of the saved planner at ``path`` into ``models`` (same kind and configs, else ``ValueError``)."""
+    """Copy the denoiser weights of the saved planner at ``path`` into ``models``.
+
+    The saved planner is of the same kind with the same denoiser configs, or flat when ``models``
+    are a hierarchical planner's: its denoiser then starts both levels, whose configs may differ
+    from it in ``horizon`` only; the learned step embedding's rows are copied where both have them
+    (the others keep their sinusoidal start). Anything else is a ``ValueError``.
+    """
     module = load_policy(path, device=device).module
     if not isinstance(module, DiffusionPlanner | HierarchicalPlanner):
         raise ValueError(f"--init-from {path}: expected a saved state planner, got a {type(module).__name__}")
     saved = _denoisers(module)
-    if saved.keys() != models.keys():
+    flat_to_levels = saved.keys() == {""} and models.keys() == {"high", "low"}
+    if saved.keys() != models.keys() and not flat_to_levels:
         kind = "hierarchical" if "high" in saved else "flat"
         raise ValueError(f"--init-from {path}: that is a {kind} planner; this run trains another kind")
     for name, model in models.items():
-        mine, theirs = asdict(model.config), asdict(saved[name].config)
-        differ = {k: (theirs[k], mine[k]) for k in mine if mine[k] != theirs[k]}
+        source = saved[""] if flat_to_levels else saved[name]
+        mine, theirs = asdict(model.config), asdict(source.config)
+        differ = {
+            k: (theirs[k], mine[k]) for k in mine if mine[k] != theirs[k] and not (flat_to_levels and k == "horizon")
+        }
         if differ:
-            raise ValueError(f"--init-from {path}: its denoiser differs from this run's, (saved, here): {differ}")
-        model.load_state_dict(saved[name].state_dict())
+            level = f" ({name} level)" if name else ""
+            raise ValueError(
+                f"--init-from {path}: its denoiser differs from this run's{level}, (saved, here): {differ}"
+            )
+        weights = dict(source.state_dict())
+        steps = min(len(weights["step_embedding"]), len(model.step_embedding))
+        weights["step_embedding"] = model.step_embedding.detach().clone()
+        weights["step_embedding"][:steps] = source.step_embedding.detach()[:steps]
+        model.load_state_dict(weights)
 
 
 def _run_dir(config: DiffusionTrainConfig) -> Path:

@@ -16,6 +16,7 @@ The module takes an observation dict of float32 tensors ``(B, N, D)`` and return
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -122,22 +123,34 @@ class Policy:
             raise ValueError(f"{self!r} is deterministic; act(..., deterministic=False) needs a stochastic policy")
         return sample(obs)
 
+    @property
+    def options(self) -> dict[str, bool | int | float | str]:
+        """The settings :meth:`with_options` can change, with their current values."""
+        if self.builder is None:
+            raise ValueError("this policy has no builder, so its settings cannot be changed")
+        plain = bool | int | float | str
+        defaults = {
+            name: p.default
+            for name, p in inspect.signature(_builder(self.builder)).parameters.items()
+            if isinstance(p.default, plain)
+        }
+        return defaults | {k: v for k, v in self.kwargs.items() if isinstance(v, plain)}
+
     def with_options(self, **options: Any) -> Policy:
         """A copy of this policy with some of its builder's settings changed (same weights).
 
-        Only settings already in :attr:`kwargs` whose values are plain numbers, booleans or
-        strings can change (a receding-horizon planner's ``sampling_steps``, ``fixed_noise``,
-        ``guidance``, …); sizes and nested model configs are fixed by the weights. The builder
-        validates the new values; :meth:`save` writes them.
+        Only settings whose values are plain numbers, booleans or strings can change (a
+        receding-horizon planner's ``sampling_steps``, ``fixed_noise``, ``guidance``, …): those in
+        :attr:`kwargs` and the builder's other keyword arguments with such defaults (settings added
+        after a checkpoint was saved). Sizes and nested model configs are fixed by the weights. The
+        builder validates the new values; :meth:`save` writes them.
         """
-        if self.builder is None:
-            raise ValueError("this policy has no builder, so its settings cannot be changed")
-        settable = {k for k, v in self.kwargs.items() if isinstance(v, bool | int | float | str)}
-        unknown = sorted(set(options) - settable)
+        current = self.options
+        unknown = sorted(set(options) - set(current))
         if unknown:
-            raise ValueError(f"cannot set {unknown} on {self!r}: settable options are {sorted(settable)}")
+            raise ValueError(f"cannot set {unknown} on {self!r}: settable options are {sorted(current)}")
         for key, value in options.items():
-            old = self.kwargs[key]
+            old = current[key]
             ok = (
                 isinstance(value, bool | int | float | str)
                 and isinstance(value, bool) == isinstance(old, bool)
@@ -146,7 +159,7 @@ class Policy:
             )
             if not ok:
                 raise ValueError(f"option {key!r} must be a {type(old).__name__} like {old!r}, got {value!r}")
-        kwargs = {**self.kwargs, **{k: type(self.kwargs[k])(v) for k, v in options.items()}}
+        kwargs = {**self.kwargs, **{k: type(current[k])(v) for k, v in options.items()}}
         module = _builder(self.builder)(**kwargs)
         try:
             module.load_state_dict(self.module.state_dict())

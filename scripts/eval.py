@@ -207,7 +207,7 @@ def plot_learning_curve(progress_csv: Path, path: Path) -> None:
 def with_policy_options(policy: Policy, items: Sequence[str]) -> Policy:
     """``policy`` with ``["sampling_steps=10", "fixed_noise=false"]`` applied (see :meth:`Policy.with_options`);
     each value is typed like the setting it replaces."""
-    types = {k: type(v) for k, v in policy.kwargs.items() if isinstance(v, bool | int | float | str)}
+    types = {k: type(v) for k, v in policy.options.items()}
     return policy.with_options(**dict(parse_assignment(item, types, "policy option") for item in items))
 
 

@@ -11,8 +11,9 @@ from diffusion_helpers import resume_to_six_steps, rollout, tiny_train_config
 import ecrl
 import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
 from ecrl.diffusion import DenoiserConfig
-from ecrl.diffusion.planner import DiffusionPlanner
+from ecrl.diffusion.planner import DiffusionPlanner, focus_rows
 from ecrl.diffusion.train import planner_policy, train
+from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
 from ecrl.scripts.train_diffusion import main
 
 TINY = DenoiserConfig(width=16, heads=2, blocks=1, horizon=4, diffusion_steps=20)
@@ -70,6 +71,60 @@ def test_planner_rejects_bad_settings():
         DiffusionPlanner(TINY, replan_every=TINY.horizon + 1)
     with pytest.raises(ValueError, match="sampling_steps"):
         DiffusionPlanner(TINY, sampling_steps=TINY.diffusion_steps + 1)
+    with pytest.raises(ValueError, match="focus must be >= 0"):
+        DiffusionPlanner(TINY, focus=-1)
+    with pytest.raises(ValueError, match="placed_within must be positive"):
+        DiffusionPlanner(TINY, placed_within=0.0)
+
+
+def _scene(objects_xy, goals_xy, n_max):
+    """Agent at the origin and objects at ``objects_xy``, goal row i for object row i + 1, padded to ``n_max``."""
+    obs = torch.zeros(1, 1 + n_max, ENTITY_DIM)
+    goal = torch.zeros(1, n_max, GOAL_DIM)
+    obs[0, 0, ENTITY_FIELDS["present"]] = 1.0
+    for i, (o, g) in enumerate(zip(objects_xy, goals_xy, strict=True)):
+        obs[0, 1 + i, ENTITY_FIELDS["present"]] = 1.0
+        obs[0, 1 + i, ENTITY_FIELDS["colour"]] = float(i)  # tells the rows apart
+        obs[0, 1 + i, ENTITY_FIELDS["position"].start : ENTITY_FIELDS["position"].start + 2] = torch.tensor(o)
+        goal[0, i, GOAL_FIELDS["present"]] = 1.0
+        goal[0, i, GOAL_FIELDS["colour"]] = float(i)
+        goal[0, i, GOAL_FIELDS["position"].start : GOAL_FIELDS["position"].start + 2] = torch.tensor(g)
+    return obs, goal
+
+
+def test_focus_keeps_unplaced_objects_nearest_the_agent_first_then_placed_ones():
+    # Objects 0 and 3 are on their targets; 1, 2 and 4 are not, at 0.3, 0.1 and 0.2 m from the agent.
+    objects = [(0.05, 0.0), (0.3, 0.0), (0.0, 0.1), (0.5, 0.5), (-0.2, 0.0)]
+    goals = [(0.05, 0.01), (0.0, -0.3), (0.2, 0.2), (0.5, 0.5), (0.1, 0.3)]
+    obs, goal = _scene(objects, goals, n_max=7)
+    colour = ENTITY_FIELDS["colour"].start
+    for k, expected in ((2, [2, 4]), (3, [2, 4, 1]), (4, [2, 4, 1, 0]), (5, [2, 4, 1, 0, 3])):
+        rows, goal_rows = focus_rows(obs, goal, k)
+        assert rows.shape == (1, 1 + k, ENTITY_DIM) and goal_rows.shape == (1, k, GOAL_DIM)
+        assert torch.equal(rows[0, 0], obs[0, 0])  # the agent stays first
+        assert rows[0, 1:, colour].tolist() == expected
+        assert goal_rows[0, :, GOAL_FIELDS["colour"].start].tolist() == expected  # each object keeps its goal
+    rows, goal_rows = focus_rows(obs, goal, 6)  # more than there are objects: padded rows come last
+    assert rows[0, 6, ENTITY_FIELDS["present"]].item() == 0 and goal_rows[0, 5, GOAL_FIELDS["present"]].item() == 0
+    assert focus_rows(obs, goal, 20)[0].shape == (1, 8, ENTITY_DIM)  # never more rows than it was given
+    with pytest.raises(ValueError, match="one goal row per object row"):
+        focus_rows(obs, goal[:, :5], 3)
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        focus_rows(obs, goal, 0)
+
+
+def test_a_focused_planner_sees_only_its_focus(policy):
+    env = gym.make("ecrl/Push-v0", n_objects=6)
+    obs, _ = env.reset(seed=2)
+    batch = {k: torch.as_tensor(v[None]) for k, v in obs.items()}
+    focused = policy.with_options(focus=2).module
+    focused.reset()
+    plan = focused.plan(batch)
+    assert plan.rows.shape[2] == 3  # the agent and two objects
+    rows, goals = focus_rows(batch["observation"], batch["desired_goal"], 2)
+    plain = policy.module
+    plain.reset()
+    torch.testing.assert_close(plan.actions, plain.plan({"observation": rows, "desired_goal": goals}).actions)
 
 
 tiny_config = tiny_train_config
@@ -141,6 +196,17 @@ def test_with_options_changes_settings_not_weights(policy, tmp_path):
     assert loaded.kwargs["sampling_steps"] == 2 and loaded.module.fixed_noise is True
 
 
+def test_with_options_sets_settings_added_after_a_checkpoint_was_saved(policy, tmp_path):
+    path = policy.save(tmp_path / "old")
+    config = json.loads((path / "policy.json").read_text())
+    for key in ("focus", "placed_within"):  # as written before these settings existed
+        del config["kwargs"][key]
+    (path / "policy.json").write_text(json.dumps(config))
+    old = ecrl.load(path)
+    assert old.module.focus == 0 and old.options["focus"] == 0
+    assert old.with_options(focus=3, placed_within=0.05).module.focus == 3
+
+
 def test_with_options_refuses_what_it_cannot_set(policy):
     with pytest.raises(ValueError, match=r"cannot set \['denoiser', 'width'\].*settable options are"):
         policy.with_options(denoiser={}, width=8)
@@ -164,8 +230,34 @@ def test_init_from_starts_from_a_saved_planner_of_the_same_size(push1_demos, tmp
         assert torch.equal(value, weights[f"denoiser.{name}"]), name
     with pytest.raises(ValueError, match=r"denoiser differs.*'width': \(16, 8\)"):
         _Trainer(tiny_config(push1_demos, tmp_path, init_from=saved, width=8), torch.device("cpu"))
-    with pytest.raises(ValueError, match="that is a flat planner"):
-        _Trainer(tiny_config(push1_demos, tmp_path, init_from=saved, planner="hierarchical"), torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"\(high level\).*'width': \(16, 8\)"):
+        _Trainer(
+            tiny_config(push1_demos, tmp_path, init_from=saved, planner="hierarchical", width=8), torch.device("cpu")
+        )
+
+
+def test_init_from_a_flat_planner_starts_both_levels_of_a_hierarchical_one(push1_demos, tmp_path):
+    from ecrl.diffusion.train import _Trainer
+
+    flat = train(tiny_config(push1_demos, tmp_path, name="flat")).run_dir / "final"
+    levels = {"planner": "hierarchical", "subgoal_every": 4, "subgoal_horizon": 3}  # horizons 3 and 4 (flat: 4)
+    trainer = _Trainer(tiny_config(push1_demos, tmp_path, init_from=flat, **levels), torch.device("cpu"))
+    weights = ecrl.load(flat).module.denoiser.state_dict()
+    fresh = _Trainer(tiny_config(push1_demos, tmp_path, **levels), torch.device("cpu"))
+    for level in ("high", "low"):
+        model, ema = getattr(trainer.planner, level), trainer.emas[level].model
+        for name, value in model.state_dict().items():
+            expected = weights[name]
+            if name == "step_embedding":  # rows both have come from the flat planner, the rest start afresh
+                rows = min(len(value), len(expected))
+                assert torch.equal(value[:rows], expected[:rows])
+                assert torch.equal(value[rows:], getattr(fresh.planner, level).step_embedding[rows:].detach())
+            else:
+                assert torch.equal(value, expected), (level, name)
+            assert torch.equal(ema.state_dict()[name], value), (level, name)
+    hierarchical = train(tiny_config(push1_demos, tmp_path, name="hier", **levels)).run_dir / "final"
+    with pytest.raises(ValueError, match="that is a hierarchical planner"):
+        _Trainer(tiny_config(push1_demos, tmp_path, init_from=hierarchical), torch.device("cpu"))
 
 
 def test_eval_cli_sets_policy_options_and_copies_them(policy, tmp_path, capsys):
