@@ -28,6 +28,7 @@ __all__ = ["DiffusionPlanner", "focus_rows"]
 _PRESENT, _GOAL_PRESENT = ENTITY_FIELDS["present"].start, GOAL_FIELDS["present"].start
 _XY = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
 _GOAL_XY = slice(GOAL_FIELDS["position"].start, GOAL_FIELDS["position"].start + 2)
+_GOAL_RANK = GOAL_FIELDS["rank"].start
 
 
 def focus_rows(
@@ -35,10 +36,12 @@ def focus_rows(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The agent and at most ``k`` objects of each scene, with their goal rows.
 
-    Objects not yet placed come first, nearest the agent first; placed objects fill the remaining
-    rows, again nearest first. An object is placed when it is within ``placed_within`` of its
-    target, the goal row with its index (``ecrl`` envs write goal row ``i`` for object row
-    ``i + 1``; with interchangeable objects this is one of the targets it may take).
+    Objects not yet placed come first, those whose target has the lowest rank first (``ordered``
+    goals; other goal kinds have rank 0 throughout), then nearest the agent first; placed objects
+    fill the remaining rows, nearest first. An object is placed when it is within
+    ``placed_within`` of its target, the goal row with its index (``ecrl`` envs write goal row
+    ``i`` for object row ``i + 1``; with interchangeable objects this is one of the targets it may
+    take).
 
     Args:
         observation: ``(B, 1 + n, ENTITY_DIM)`` rows, agent first; padded rows have ``present`` 0.
@@ -61,9 +64,12 @@ def focus_rows(
     present = objects[..., _PRESENT] > 0.5
     placed = (objects[..., _XY] - desired_goal[..., _GOAL_XY]).norm(dim=-1) <= placed_within
     reach = (objects[..., _XY] - observation[:, :1, _XY]).norm(dim=-1)
-    # Padded rows last, then placed objects; within each group, nearest the agent first (reach < 10 m).
-    key = reach + 10.0 * placed + 100.0 * ~present
-    keep = key.argsort(dim=1)[:, :m]
+    rank = torch.where(placed, 0.0, desired_goal[..., _GOAL_RANK])
+    # Lexicographic: real rows before padded ones, unplaced before placed, low rank first, then near first.
+    keep = reach.argsort(dim=1, stable=True)
+    for key in (rank, placed, ~present):
+        keep = keep.gather(1, key.gather(1, keep).float().argsort(dim=1, stable=True))
+    keep = keep[:, :m]
     rows = objects.gather(1, keep[..., None].expand(-1, -1, objects.shape[-1]))
     goals = desired_goal.gather(1, keep[..., None].expand(-1, -1, desired_goal.shape[-1]))
     return torch.cat([observation[:, :1], rows], dim=1), goals

@@ -107,6 +107,12 @@ def test_focus_keeps_unplaced_objects_nearest_the_agent_first_then_placed_ones()
     rows, goal_rows = focus_rows(obs, goal, 6)  # more than there are objects: padded rows come last
     assert rows[0, 6, ENTITY_FIELDS["present"]].item() == 0 and goal_rows[0, 5, GOAL_FIELDS["present"]].item() == 0
     assert focus_rows(obs, goal, 20)[0].shape == (1, 8, ENTITY_DIM)  # never more rows than it was given
+    # Ordered goals: among objects not yet placed, the lowest-ranked target comes first, however far.
+    ranked = goal.clone()
+    ranked[0, :5, GOAL_FIELDS["rank"]] = torch.tensor([0.2, 0.4, 0.8, 0.6, 1.0])[:, None]
+    assert focus_rows(obs, ranked, 3)[0][0, 1:, colour].tolist() == [1, 2, 4]
+    both = focus_rows(torch.cat([obs, obs]), torch.cat([goal, ranked]), 4)[0]  # each scene sorted on its own
+    assert both[:, 1:, colour].tolist() == [[2, 4, 1, 0], [1, 2, 4, 0]]
     with pytest.raises(ValueError, match="one goal row per object row"):
         focus_rows(obs, goal[:, :5], 3)
     with pytest.raises(ValueError, match="k must be >= 1"):

@@ -2,7 +2,7 @@
 
 Every ``<stage>/<goal>/eval.json`` here is one ``ecrl-eval`` run (N = 3; both parts of the
 ``shape_goal`` split for ``sort`` and ``ordered``, the train part for ``positions`` and ``adjacent``,
-which have no held-out combination). This prints the markdown table of the README and writes
+which have no held-out combination); ``focus1`` is stage 3's weights planning with ``focus=1``. This prints the markdown table of the README and writes
 ``summary.json`` and ``splits.png`` beside this script.
 
     python results/diffusion_shape_goal/from_push3/summarize.py
@@ -21,8 +21,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from ecrl.reporting import markdown_table  # noqa: E402
 
 HERE = Path(__file__).parent
-STAGES = ("zero_shot", "stage1", "stage2", "stage3", "stage4")
+STAGES = ("zero_shot", "stage1", "stage2", "stage3", "stage4", "focus1")
 GOALS = ("sort", "ordered", "positions", "adjacent")
+TICKS = {"focus1": "stage3,\nfocus=1"}
 HELD_OUT = {"sort": "spheres sorted", "ordered": "cylinders ordered"}
 
 
@@ -71,7 +72,7 @@ def main() -> None:
             lo = [0.0 if e is None else e["success_rate"] - e["success_ci95"][0] for e in entries]
             hi = [0.0 if e is None else e["success_ci95"][1] - e["success_rate"] for e in entries]
             ax.bar(xs, rates, 0.38, yerr=[lo, hi], capsize=3, label="train part" if part == "train" else "held out")
-        ax.set_xticks(range(len(stages)), [s.replace("_", " ") for s in stages])
+        ax.set_xticks(range(len(stages)), [TICKS.get(s, s.replace("_", " ")) for s in stages], fontsize=8)
         ax.set_title(f"{goal} (held out: {HELD_OUT[goal]})")
         ax.set_ylim(0, 1.05)
         ax.grid(axis="y", alpha=0.3)
