@@ -7,7 +7,7 @@ exactly like an RL policy: ``ecrl.load(path).act(obs)`` and ``ecrl-eval``. Every
 observation and the goal, then executes the plan's actions one per call. ``reset()`` (called by
 the evaluation runner at the start of every batch of episodes) forgets the plan and reseeds the
 sampler, so evaluation is deterministic. With ``focus=k`` every plan sees only the agent and ``k``
-objects (:func:`focus_rows`), so a planner trained on few objects plans in familiar scenes among many.
+objects (:func:`ecrl.entities.focus_rows`), so a planner trained on few objects plans in familiar scenes among many.
 """
 
 from __future__ import annotations
@@ -19,60 +19,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser, _check_shapes
+from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser
 from ecrl.diffusion.schedule import sample
-from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
+from ecrl.entities import check_focus, focus_rows
 
-__all__ = ["DiffusionPlanner", "focus_rows"]
-
-_PRESENT, _GOAL_PRESENT = ENTITY_FIELDS["present"].start, GOAL_FIELDS["present"].start
-_XY = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
-_GOAL_XY = slice(GOAL_FIELDS["position"].start, GOAL_FIELDS["position"].start + 2)
-_GOAL_RANK = GOAL_FIELDS["rank"].start
-
-
-def focus_rows(
-    observation: torch.Tensor, desired_goal: torch.Tensor, k: int, placed_within: float = 0.04
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The agent and at most ``k`` objects of each scene, with their goal rows.
-
-    Objects not yet placed come first, those whose target has the lowest rank first (``ordered``
-    goals; other goal kinds have rank 0 throughout), then nearest the agent first; placed objects
-    fill the remaining rows, nearest first. An object is placed when it is within
-    ``placed_within`` of its target, the goal row with its index (``ecrl`` envs write goal row
-    ``i`` for object row ``i + 1``; with interchangeable objects this is one of the targets it may
-    take).
-
-    Args:
-        observation: ``(B, 1 + n, ENTITY_DIM)`` rows, agent first; padded rows have ``present`` 0.
-        desired_goal: ``(B, n, GOAL_DIM)`` goal rows aligned with the object rows.
-
-    Returns:
-        ``(B, 1 + m, ENTITY_DIM)`` and ``(B, m, GOAL_DIM)`` with ``m = min(k, n)``; a scene with fewer
-        than ``m`` objects keeps padded rows.
-    """
-    _check_shapes(observation=(observation, ("B", "N", ENTITY_DIM)), desired_goal=(desired_goal, ("B", "M", GOAL_DIM)))
-    objects = observation[:, 1:]
-    if objects.shape[1] != desired_goal.shape[1]:
-        raise ValueError(
-            f"focus needs one goal row per object row: {objects.shape[1]} object rows, "
-            f"{desired_goal.shape[1]} goal rows"
-        )
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    m = min(k, objects.shape[1])
-    present = objects[..., _PRESENT] > 0.5
-    placed = (objects[..., _XY] - desired_goal[..., _GOAL_XY]).norm(dim=-1) <= placed_within
-    reach = (objects[..., _XY] - observation[:, :1, _XY]).norm(dim=-1)
-    rank = torch.where(placed, 0.0, desired_goal[..., _GOAL_RANK])
-    # Lexicographic: real rows before padded ones, unplaced before placed, low rank first, then near first.
-    keep = reach.argsort(dim=1, stable=True)
-    for key in (rank, placed, ~present):
-        keep = keep.gather(1, key.gather(1, keep).float().argsort(dim=1, stable=True))
-    keep = keep[:, :m]
-    rows = objects.gather(1, keep[..., None].expand(-1, -1, objects.shape[-1]))
-    goals = desired_goal.gather(1, keep[..., None].expand(-1, -1, desired_goal.shape[-1]))
-    return torch.cat([observation[:, :1], rows], dim=1), goals
+__all__ = ["DiffusionPlanner"]
 
 
 class DiffusionPlanner(nn.Module):
@@ -90,7 +41,7 @@ class DiffusionPlanner(nn.Module):
             noise for every plan solved more episodes (``results/diffusion_push3``). With either, the
             sampler is reseeded at :meth:`reset`, so evaluation is deterministic.
         guidance: classifier-free guidance weight on the goal (1: none; see :func:`~ecrl.diffusion.sample`).
-        focus: plan over at most this many objects (0: all of them); see :func:`focus_rows`. A
+        focus: plan over at most this many objects (0: all of them); see :func:`ecrl.entities.focus_rows`. A
             planner trained on N objects then plans, with more objects on the table, over scenes
             like those it was trained on.
         placed_within: metres from its target within which ``focus`` counts an object as placed.
@@ -113,10 +64,7 @@ class DiffusionPlanner(nn.Module):
             raise ValueError(f"replan_every must be in [1, horizon={config.horizon}], got {replan_every}")
         if not 1 <= sampling_steps <= config.diffusion_steps:
             raise ValueError(f"sampling_steps must be in [1, {config.diffusion_steps}], got {sampling_steps}")
-        if focus < 0:
-            raise ValueError(f"focus must be >= 0 (0: every object), got {focus}")
-        if not placed_within > 0:
-            raise ValueError(f"placed_within must be positive, got {placed_within}")
+        check_focus(focus, placed_within)
         self.denoiser = EntityDenoiser(config)
         self.sampling_steps, self.replan_every, self.seed = sampling_steps, replan_every, seed
         self.fixed_noise, self.guidance = fixed_noise, guidance
@@ -157,7 +105,7 @@ class DiffusionPlanner(nn.Module):
         if self.focus:
             if mask is not None or self.denoiser.config.entity_dim:
                 raise ValueError("focus reads positions from ecrl entity rows; it does not apply to generic rows")
-            observation, desired_goal = focus_rows(observation, desired_goal, self.focus, self.placed_within)
+            observation, desired_goal, _ = focus_rows(observation, desired_goal, self.focus, self.placed_within)
         return sample(
             self.denoiser,
             observation,

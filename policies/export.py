@@ -14,28 +14,39 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ecrl.entities import ENTITY_DIM, GOAL_DIM
+from ecrl.entities import ENTITY_DIM, GOAL_DIM, check_focus, focused
 from ecrl.policies.nets import EntityNet, NetConfig
 from ecrl.policies.sb3 import LOG_STD_MAX, LOG_STD_MIN, EntityActor
 from ecrl.policy import Policy
 
 
 class EntityActorModule(nn.Module):
-    """An entity-centric actor for inference: ``forward`` → deterministic action, ``sample`` → stochastic."""
+    """An entity-centric actor for inference: ``forward`` → deterministic action, ``sample`` → stochastic.
 
-    def __init__(self, net: dict[str, Any], action_dim: int, stochastic: bool) -> None:
+    ``focus=k`` (> 0) shows the actor only the agent and ``k`` objects at every step: those not yet
+    placed nearest the agent (:func:`ecrl.entities.focus_rows`), as the diffusion planner's setting.
+    """
+
+    def __init__(
+        self, net: dict[str, Any], action_dim: int, stochastic: bool, focus: int = 0, placed_within: float = 0.04
+    ) -> None:
         super().__init__()
+        check_focus(focus, placed_within)
         self.action_dim, self.stochastic = action_dim, stochastic
+        self.focus, self.placed_within = focus, placed_within
         self.net = EntityNet(NetConfig(**net), out_dim=2 * action_dim if stochastic else action_dim)
 
+    def _net(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.net(focused(obs, self.focus, self.placed_within) if self.focus else obs)
+
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        out = self.net(obs)
+        out = self._net(obs)
         return torch.tanh(out[..., : self.action_dim])
 
     def sample(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         if not self.stochastic:
             return self(obs)
-        mean, log_std = self.net(obs).chunk(2, dim=-1)
+        mean, log_std = self._net(obs).chunk(2, dim=-1)
         return torch.tanh(mean + log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp() * torch.randn_like(mean))
 
 

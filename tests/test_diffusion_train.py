@@ -11,9 +11,9 @@ from diffusion_helpers import resume_to_six_steps, rollout, tiny_train_config
 import ecrl
 import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
 from ecrl.diffusion import DenoiserConfig
-from ecrl.diffusion.planner import DiffusionPlanner, focus_rows
+from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.train import planner_policy, train
-from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
+from ecrl.entities import focus_rows
 from ecrl.scripts.train_diffusion import main
 
 TINY = DenoiserConfig(width=16, heads=2, blocks=1, horizon=4, diffusion_steps=20)
@@ -71,52 +71,10 @@ def test_planner_rejects_bad_settings():
         DiffusionPlanner(TINY, replan_every=TINY.horizon + 1)
     with pytest.raises(ValueError, match="sampling_steps"):
         DiffusionPlanner(TINY, sampling_steps=TINY.diffusion_steps + 1)
-    with pytest.raises(ValueError, match="focus must be >= 0"):
+    with pytest.raises(ValueError, match="focus must be an int >= 0"):
         DiffusionPlanner(TINY, focus=-1)
     with pytest.raises(ValueError, match="placed_within must be positive"):
         DiffusionPlanner(TINY, placed_within=0.0)
-
-
-def _scene(objects_xy, goals_xy, n_max):
-    """Agent at the origin and objects at ``objects_xy``, goal row i for object row i + 1, padded to ``n_max``."""
-    obs = torch.zeros(1, 1 + n_max, ENTITY_DIM)
-    goal = torch.zeros(1, n_max, GOAL_DIM)
-    obs[0, 0, ENTITY_FIELDS["present"]] = 1.0
-    for i, (o, g) in enumerate(zip(objects_xy, goals_xy, strict=True)):
-        obs[0, 1 + i, ENTITY_FIELDS["present"]] = 1.0
-        obs[0, 1 + i, ENTITY_FIELDS["colour"]] = float(i)  # tells the rows apart
-        obs[0, 1 + i, ENTITY_FIELDS["position"].start : ENTITY_FIELDS["position"].start + 2] = torch.tensor(o)
-        goal[0, i, GOAL_FIELDS["present"]] = 1.0
-        goal[0, i, GOAL_FIELDS["colour"]] = float(i)
-        goal[0, i, GOAL_FIELDS["position"].start : GOAL_FIELDS["position"].start + 2] = torch.tensor(g)
-    return obs, goal
-
-
-def test_focus_keeps_unplaced_objects_nearest_the_agent_first_then_placed_ones():
-    # Objects 0 and 3 are on their targets; 1, 2 and 4 are not, at 0.3, 0.1 and 0.2 m from the agent.
-    objects = [(0.05, 0.0), (0.3, 0.0), (0.0, 0.1), (0.5, 0.5), (-0.2, 0.0)]
-    goals = [(0.05, 0.01), (0.0, -0.3), (0.2, 0.2), (0.5, 0.5), (0.1, 0.3)]
-    obs, goal = _scene(objects, goals, n_max=7)
-    colour = ENTITY_FIELDS["colour"].start
-    for k, expected in ((2, [2, 4]), (3, [2, 4, 1]), (4, [2, 4, 1, 0]), (5, [2, 4, 1, 0, 3])):
-        rows, goal_rows = focus_rows(obs, goal, k)
-        assert rows.shape == (1, 1 + k, ENTITY_DIM) and goal_rows.shape == (1, k, GOAL_DIM)
-        assert torch.equal(rows[0, 0], obs[0, 0])  # the agent stays first
-        assert rows[0, 1:, colour].tolist() == expected
-        assert goal_rows[0, :, GOAL_FIELDS["colour"].start].tolist() == expected  # each object keeps its goal
-    rows, goal_rows = focus_rows(obs, goal, 6)  # more than there are objects: padded rows come last
-    assert rows[0, 6, ENTITY_FIELDS["present"]].item() == 0 and goal_rows[0, 5, GOAL_FIELDS["present"]].item() == 0
-    assert focus_rows(obs, goal, 20)[0].shape == (1, 8, ENTITY_DIM)  # never more rows than it was given
-    # Ordered goals: among objects not yet placed, the lowest-ranked target comes first, however far.
-    ranked = goal.clone()
-    ranked[0, :5, GOAL_FIELDS["rank"]] = torch.tensor([0.2, 0.4, 0.8, 0.6, 1.0])[:, None]
-    assert focus_rows(obs, ranked, 3)[0][0, 1:, colour].tolist() == [1, 2, 4]
-    both = focus_rows(torch.cat([obs, obs]), torch.cat([goal, ranked]), 4)[0]  # each scene sorted on its own
-    assert both[:, 1:, colour].tolist() == [[2, 4, 1, 0], [1, 2, 4, 0]]
-    with pytest.raises(ValueError, match="one goal row per object row"):
-        focus_rows(obs, goal[:, :5], 3)
-    with pytest.raises(ValueError, match="k must be >= 1"):
-        focus_rows(obs, goal, 0)
 
 
 def test_a_focused_planner_sees_only_its_focus(policy):
@@ -127,7 +85,7 @@ def test_a_focused_planner_sees_only_its_focus(policy):
     focused.reset()
     plan = focused.plan(batch)
     assert plan.rows.shape[2] == 3  # the agent and two objects
-    rows, goals = focus_rows(batch["observation"], batch["desired_goal"], 2)
+    rows, goals, _ = focus_rows(batch["observation"], batch["desired_goal"], 2)
     plain = policy.module
     plain.reset()
     torch.testing.assert_close(plan.actions, plain.plan({"observation": rows, "desired_goal": goals}).actions)

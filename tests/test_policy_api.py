@@ -12,6 +12,7 @@ from torch import nn
 
 import ecrl
 import ecrl.policy
+from ecrl.entities import focused
 from ecrl.policies.export import EntityActorModule, FlatActorModule, policy_from_model
 from ecrl.policies.sb3 import ENTITY_POLICIES
 from ecrl.policy import CONFIG, WEIGHTS, CheckpointError, Policy
@@ -133,6 +134,20 @@ def test_entity_policy_trained_on_two_objects_runs_on_six_and_twelve(saved):
     np.testing.assert_allclose(
         policy.act(observations(2, seeds=(5,), n_max=12)[0]), policy.act(observations(2, seeds=(5,))[0]), atol=1e-5
     )
+
+
+def test_a_focused_entity_policy_acts_on_its_focus_only(saved, tmp_path):
+    policy, _ = saved
+    focused_policy = policy.with_options(focus=2)
+    assert focused_policy.module.focus == 2 and policy.module.focus == 0
+    batch = stack(observations(6, seeds=(0, 1, 2)))
+    tensors = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in batch.items()}
+    cut = {k: v.numpy() for k, v in focused(tensors, 2).items()}
+    assert cut["observation"].shape == (3, 3, 20)
+    np.testing.assert_allclose(focused_policy.act(batch), policy.act(cut), atol=1e-6)
+    loaded = ecrl.load(focused_policy.save(tmp_path / "focused"))
+    assert loaded.module.focus == 2
+    np.testing.assert_array_equal(loaded.act(batch), focused_policy.act(batch))
 
 
 @pytest.mark.parametrize("algo", ["sac", "td3"])
