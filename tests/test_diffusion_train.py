@@ -230,11 +230,11 @@ def test_eval_cli_sets_policy_options_and_copies_them(policy, tmp_path, capsys):
     path = policy.save(tmp_path / "planner")
     out = tmp_path / "out"
     args = [str(path), "--objects", "1", "--episodes", "1", "--no-progress", "--no-expert", "--out", str(out)]
-    eval_main([*args, "--policy-options", "sampling_steps=2", "fixed_noise=true", "--copy-policy"])
+    eval_main([*args, "--policy-options", "sampling_steps=2", "fixed_noise=true", "focus=1", "--copy-policy"])
     assert json.loads((out / "eval.json").read_text())["policy"]["kwargs"]["sampling_steps"] == 2
     copied = ecrl.load(out / "policy")
-    assert copied.module.sampling_steps == 2 and copied.module.fixed_noise is True
-    for bad, message in (("steps", "name=value"), ("guidance=high", "not a valid float"), ("seeds=1", "among")):
+    assert copied.module.sampling_steps == 2 and copied.module.fixed_noise is True and copied.module.focus == 1
+    for bad, message in (("steps", "name=value"), ("guidance=high", "not a valid float"), ("seeds=1", "among"), ("focus=-1", "focus must be")):
         with pytest.raises(SystemExit) as exit_:
             eval_main([*args, "--policy-options", bad])
         assert exit_.value.code == 2 and message in capsys.readouterr().err
