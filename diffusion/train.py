@@ -36,13 +36,13 @@ from tqdm.auto import tqdm
 
 from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
 from ecrl.datasets import DemoDataset, read_meta
-from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser
+from ecrl.diffusion.denoiser import _GOAL_XY, _XY, DenoiserConfig, EntityDenoiser
 from ecrl.diffusion.hierarchical import HierarchicalPlanner, segment_windows, subgoal_windows
 from ecrl.diffusion.pixels import LatentWindows, PixelPlanner
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.schedule import EMA, LossTerms, loss
 from ecrl.encoders import load_encoder
-from ecrl.entities import ENTITY_FIELDS, GOAL_FIELDS
+from ecrl.entities import ENTITY_FIELDS
 from ecrl.evaluation import evaluate, log_tensorboard, scalars
 from ecrl.policy import Policy
 from ecrl.policy import load as load_policy
@@ -264,10 +264,6 @@ def planner_policy(planner: DiffusionPlanner | HierarchicalPlanner, meta: dict[s
     return Policy(planner, -ones, ones, meta, builder, planner.kwargs)
 
 
-_OBJECT_XY = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
-_TARGET_XY = slice(GOAL_FIELDS["position"].start, GOAL_FIELDS["position"].start + 2)
-
-
 def add_still_objects(
     windows: dict[str, np.ndarray],
     other: dict[str, np.ndarray],
@@ -299,14 +295,12 @@ def add_still_objects(
     extra_goal = other["desired_goal"][:, :k].copy()
     wanted = np.arange(k)[None] < rng.integers(0, most + 1, size=(batch, 1))
     keep = other["mask"][:, 1 : 1 + k] & wanted
-    where = extra[:, 0, :, _OBJECT_XY]  # (B, k, 2)
-    entity_xy = obs[..., _OBJECT_XY]  # (B, T, N, 2)
-    near_entity = (np.linalg.norm(entity_xy[:, :, None] - where[:, None, :, None], axis=-1) < clearance) & windows[
-        "mask"
-    ][:, None, None, :]
-    near_target = (np.linalg.norm(goal[:, None, :, _TARGET_XY] - where[:, :, None], axis=-1) < clearance) & windows[
-        "goal_mask"
-    ][:, None, :]
+    where = extra[:, 0, :, _XY]  # (B, k, 2)
+    # (B, T, k, N): extra object j within clearance of real entity n at step t; (B, k, M): of real target m.
+    near_entity = np.linalg.norm(obs[:, :, None, :, _XY] - where[:, None, :, None], axis=-1) < clearance
+    near_target = np.linalg.norm(goal[:, None, :, _GOAL_XY] - where[:, :, None], axis=-1) < clearance
+    near_entity &= windows["mask"][:, None, None, :]
+    near_target &= windows["goal_mask"][:, None, :]
     keep &= ~near_entity.any(axis=(1, 3)) & ~near_target.any(axis=2)
     for j in range(1, k):  # keep j only clear of the extra objects kept before it
         apart = np.linalg.norm(where[:, :j] - where[:, j : j + 1], axis=-1) >= clearance
