@@ -26,6 +26,8 @@ __all__ = [
     "check_focus",
     "focus_rows",
     "focused",
+    "placed_objects",
+    "take_objects",
     "to_entities",
 ]
 
@@ -122,7 +124,7 @@ def focus_rows(
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     present = objects[..., _PRESENT] > 0.5
-    placed = (objects[..., _XY] - desired_goal[..., _GOAL_XY]).norm(dim=-1) <= placed_within
+    placed = placed_objects(observation, desired_goal, placed_within)
     reach = (objects[..., _XY] - observation[:, :1, _XY]).norm(dim=-1)
     rank = torch.where(placed, 0.0, desired_goal[..., _RANK])
     # Lexicographic: real rows before padded ones, unplaced before placed, low rank first, then near first.
@@ -130,17 +132,35 @@ def focus_rows(
     for key in (rank, placed, ~present):
         keep = keep.gather(1, key.gather(1, keep).float().argsort(dim=1, stable=True))
     keep = keep[:, : min(k, objects.shape[1])]
-    rows = objects.gather(1, keep[..., None].expand(-1, -1, ENTITY_DIM))
-    goals = desired_goal.gather(1, keep[..., None].expand(-1, -1, GOAL_DIM))
-    return torch.cat([observation[:, :1], rows], dim=1), goals, keep
+    out = take_objects({"observation": observation, "desired_goal": desired_goal}, keep)
+    return out["observation"], out["desired_goal"], keep
+
+
+def placed_objects(observation: torch.Tensor, desired_goal: torch.Tensor, within: float = 0.04) -> torch.Tensor:
+    """``(B, n)`` bool: object row ``i + 1`` lies within ``within`` of goal row ``i`` (in the plane)."""
+    return (observation[:, 1:, _XY] - desired_goal[..., _GOAL_XY]).norm(dim=-1) <= within
 
 
 def focused(obs: Mapping[str, torch.Tensor], k: int, placed_within: float = 0.04) -> dict[str, torch.Tensor]:
     """An observation dict of ``(B, N, D)`` tensors cut down by :func:`focus_rows` (``achieved_goal`` too, if there)."""
-    observation, goals, keep = focus_rows(obs["observation"], obs["desired_goal"], k, placed_within)
-    out = dict(obs, observation=observation, desired_goal=goals)
+    return take_objects(obs, focus_rows(obs["observation"], obs["desired_goal"], k, placed_within)[2])
+
+
+def take_objects(obs: Mapping[str, torch.Tensor], keep: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The agent and the objects ``keep (B, m)`` (indices among object rows) of an observation dict
+    of ``(B, N, D)`` tensors, with their goal rows (``achieved_goal`` too, if there)."""
+    n = obs["observation"].shape[1] - 1
+    if keep.ndim != 2 or keep.shape[0] != obs["observation"].shape[0]:
+        raise ValueError(f"keep: expected (B, m) object indices, got {tuple(keep.shape)}")
+    if keep.numel() and (int(keep.min()) < 0 or int(keep.max()) >= n):
+        raise ValueError(f"keep: object indices must lie in [0, {n}), got {keep.min().item()}..{keep.max().item()}")
+    rows = obs["observation"][:, 1:].gather(1, keep[..., None].expand(-1, -1, ENTITY_DIM))
+    take = lambda t: t.gather(1, keep[..., None].expand(-1, -1, GOAL_DIM))  # noqa: E731
+    out = dict(
+        obs, observation=torch.cat([obs["observation"][:, :1], rows], dim=1), desired_goal=take(obs["desired_goal"])
+    )
     if "achieved_goal" in obs:
-        out["achieved_goal"] = obs["achieved_goal"].gather(1, keep[..., None].expand(-1, -1, GOAL_DIM))
+        out["achieved_goal"] = take(obs["achieved_goal"])
     return out
 
 

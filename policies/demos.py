@@ -14,11 +14,14 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 import torch
+import torch.nn.functional as F
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from tqdm.auto import tqdm
 
+from ecrl.entities import take_objects
 from ecrl.envs import ScriptedExpert
+from ecrl.policies.nets import object_logits
 
 IDLE_KEPT = 10
 
@@ -28,12 +31,14 @@ class _Labels:
 
     Once every object is placed the expert idles for the rest of the episode: the first few idle
     steps are kept (how to stop) but not the long tail, which would swamp the data with zeros. Random
-    steps out of a stall are executed but not kept: they are noise as labels.
+    steps out of a stall are executed but not kept: they are noise as labels. Each label also
+    records the object the expert worked on (``-1`` when idle), for actors that choose an object.
     """
 
     def __init__(self, n: int) -> None:
         self.obs: dict[str, list[np.ndarray]] = {}
         self.actions: list[np.ndarray] = []
+        self.choices: list[int] = []
         self.idle = [0] * n
 
     def add(self, i: int, obs: dict[str, np.ndarray], action: np.ndarray, expert: ScriptedExpert) -> None:
@@ -42,28 +47,46 @@ class _Labels:
             for k, v in obs.items():
                 self.obs.setdefault(k, []).append(v)
             self.actions.append(action)
+            self.choices.append(-1 if expert.choice is None else expert.choice)
 
-    def arrays(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    def demos(self, episodes: int = 0, successes: int = 0) -> Demos:
         obs = {k: np.stack(v).astype(np.float32) for k, v in self.obs.items()}
-        return obs, np.stack(self.actions).astype(np.float32)
+        actions = np.stack(self.actions).astype(np.float32)
+        return Demos(obs, actions, np.asarray(self.choices, dtype=np.int64), episodes, successes)
 
 
 @dataclass
 class Demos:
     """Expert transitions (without the long idle tail after success, see ``IDLE_KEPT``): ``obs``
-    (dict of ``(T, …)`` arrays) and ``actions (T, A)`` in ``[-1, 1]``."""
+    (dict of ``(T, …)`` arrays), ``actions (T, A)`` in ``[-1, 1]`` and ``choices (T,)``, the object
+    the expert worked on (index among object rows; ``-1``: none, it idled)."""
 
     obs: dict[str, np.ndarray]
     actions: np.ndarray
+    choices: np.ndarray
     episodes: int
     successes: int
 
     def __len__(self) -> int:
         return len(self.actions)
 
-    def batch(self, idx: np.ndarray, device: torch.device | str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def __add__(self, other: Demos) -> Demos:
+        """Both datasets' transitions (this one's episode counts)."""
+        return Demos(
+            obs={k: np.concatenate([v, other.obs[k]]) for k, v in self.obs.items()},
+            actions=np.concatenate([self.actions, other.actions]),
+            choices=np.concatenate([self.choices, other.choices]),
+            episodes=self.episodes,
+            successes=self.successes,
+        )
+
+    def batch(
+        self, idx: np.ndarray, device: torch.device | str
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        """``(obs, actions, choices)`` tensors of the transitions ``idx``."""
         obs = {k: torch.as_tensor(v[idx], device=device) for k, v in self.obs.items()}
-        return obs, torch.as_tensor(self.actions[idx], device=device)
+        as_t = lambda a: torch.as_tensor(a[idx], device=device)  # noqa: E731
+        return obs, as_t(self.actions), as_t(self.choices)
 
 
 def collect_demos(
@@ -123,8 +146,7 @@ def collect_demos(
     bar.close()
     for e in envs:
         e.close()
-    obs_arrays, actions = labels.arrays()
-    return Demos(obs=obs_arrays, actions=actions, episodes=finished, successes=successes)
+    return labels.demos(finished, successes)
 
 
 def _actor_action(actor: torch.nn.Module, obs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -139,6 +161,27 @@ def _q1(critic: torch.nn.Module, obs: dict[str, torch.Tensor], action: torch.Ten
     return critic(obs, action)[:, 0].mean(-1)
 
 
+def bc_errors(
+    actor: torch.nn.Module, obs: dict[str, torch.Tensor], target: torch.Tensor, choices: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sample squared error ``(B,)`` of the actor's deterministic action against the expert's,
+    and the cross-entropy of its object scorer against the expert's choices (0 for actors without one).
+
+    An actor that selects an object (``EntityActor(select=True)``) is taught both parts apart: its
+    action net acts on the object the expert chose (teacher forcing; on its own choice where the
+    expert idled), its scorer learns to choose that object.
+    """
+    scorer = getattr(actor, "scorer", None)
+    if scorer is None:
+        return ((_actor_action(actor, obs) - target) ** 2).sum(-1), target.new_zeros(())
+    logits = object_logits(scorer, obs)
+    labelled = choices >= 0
+    ce = F.cross_entropy(logits[labelled], choices[labelled]) if labelled.any() else logits.new_zeros(())
+    index = torch.where(labelled, choices, logits.detach().argmax(-1))
+    action = actor.act_on(take_objects(obs, index[:, None]), deterministic=True)
+    return ((action - target) ** 2).sum(-1), ce
+
+
 def pretrain_actor(
     actor: torch.nn.Module,
     demos: Demos,
@@ -148,15 +191,17 @@ def pretrain_actor(
     seed: int = 0,
     progress: bool = True,
 ) -> list[float]:
-    """Behaviour cloning: regress the actor's deterministic action onto the expert's (MSE). Returns losses."""
+    """Behaviour cloning: regress the actor's deterministic action onto the expert's (MSE; plus the
+    object scorer's cross-entropy for selecting actors, see :func:`bc_errors`). Returns losses."""
     rng = np.random.default_rng(seed)
     device = next(actor.parameters()).device
     optimizer = torch.optim.Adam(actor.parameters(), lr=lr)
     losses = []
     actor.train()
     for _ in tqdm(range(steps), desc="behaviour cloning", disable=not progress, leave=False):
-        obs, target = demos.batch(rng.integers(len(demos), size=batch_size), device)
-        loss = torch.nn.functional.mse_loss(_actor_action(actor, obs), target)
+        obs, target, choices = demos.batch(rng.integers(len(demos), size=batch_size), device)
+        errors, ce = bc_errors(actor, obs, target, choices)
+        loss = errors.mean() / target.shape[-1] + ce
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -194,22 +239,23 @@ class DemoBCCallback(BaseCallback):
         actor = model.policy.actor
         if not next(actor.parameters()).requires_grad:  # frozen (FreezeActorCallback)
             return True
-        obs, target = self.demos.batch(self._rng.integers(len(self.demos), size=self.batch_size), model.device)
+        obs, target, choices = self.demos.batch(self._rng.integers(len(self.demos), size=self.batch_size), model.device)
         actor.train()
-        action = _actor_action(actor, obs)
+        per_sample, ce = bc_errors(actor, obs, target, choices)
         if self.q_filter:
             with torch.no_grad():
                 critic = model.policy.critic
-                keep = (_q1(critic, obs, target) > _q1(critic, obs, action)).float()
+                keep = (_q1(critic, obs, target) > _q1(critic, obs, _actor_action(actor, obs))).float()
         else:
-            keep = torch.ones(len(action), device=action.device)
-        per_sample = ((action - target) ** 2).sum(-1)
-        loss = self.weight * (per_sample * keep).mean()
+            keep = torch.ones(len(target), device=target.device)
+        loss = self.weight * ((per_sample * keep).mean() + ce)
         actor.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         actor.optimizer.step()
         self.logger.record_mean("train/bc_loss", per_sample.mean().item())
         self.logger.record_mean("train/bc_accepted", keep.mean().item())
+        if getattr(actor, "scorer", None) is not None:
+            self.logger.record_mean("train/choice_ce", ce.item())
         return True
 
 
@@ -275,12 +321,6 @@ def dagger(
                 obs[i] = env.step(acts[i])[0]
         for e in envs:
             e.close()
-        new_obs, new_actions = labels.arrays()
-        demos = Demos(
-            obs={k: np.concatenate([demos.obs[k], v]) for k, v in new_obs.items()},
-            actions=np.concatenate([demos.actions, new_actions]),
-            episodes=demos.episodes,
-            successes=demos.successes,
-        )
+        demos = demos + labels.demos()
         pretrain_actor(actor, demos, steps, batch_size, lr, seed=seed + it, progress=progress)
     return demos

@@ -14,10 +14,12 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ecrl.entities import ENTITY_DIM, GOAL_DIM, check_focus, focused
-from ecrl.policies.nets import EntityNet, NetConfig
+from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, check_focus, focused, placed_objects, take_objects
+from ecrl.policies.nets import EntityNet, NetConfig, object_logits
 from ecrl.policies.sb3 import LOG_STD_MAX, LOG_STD_MIN, EntityActor
 from ecrl.policy import Policy
+
+_PRESENT = ENTITY_FIELDS["present"].start
 
 
 class EntityActorModule(nn.Module):
@@ -25,28 +27,70 @@ class EntityActorModule(nn.Module):
 
     ``focus=k`` (> 0) shows the actor only the agent and ``k`` objects at every step: those not yet
     placed nearest the agent (:func:`ecrl.entities.focus_rows`), as the diffusion planner's setting.
+    ``select``: the actor was trained with an object scorer that picks the one object it sees
+    (:class:`ecrl.policies.sb3.EntityActor`); the two settings exclude each other. With ``commit``
+    (the default) a selecting actor keeps working on the object it chose until that object is
+    within ``placed_within`` of its target, as the expert it learnt from does, and only then asks
+    its scorer again; this needs :meth:`reset` at the start of episodes (``ecrl-eval`` calls it).
+    Without it the scorer chooses afresh at every step, and near a tie it flips between objects.
     """
 
     def __init__(
-        self, net: dict[str, Any], action_dim: int, stochastic: bool, focus: int = 0, placed_within: float = 0.04
+        self,
+        net: dict[str, Any],
+        action_dim: int,
+        stochastic: bool,
+        focus: int = 0,
+        placed_within: float = 0.04,
+        select: bool = False,
+        commit: bool = True,
     ) -> None:
         super().__init__()
         check_focus(focus, placed_within)
+        if select and focus:
+            raise ValueError(f"focus={focus} would override this policy's own object choice (select=True)")
         self.action_dim, self.stochastic = action_dim, stochastic
-        self.focus, self.placed_within = focus, placed_within
+        self.focus, self.placed_within, self.select, self.commit = focus, placed_within, select, commit
+        self._choice: torch.Tensor | None = None
         self.net = EntityNet(NetConfig(**net), out_dim=2 * action_dim if stochastic else action_dim)
+        self.scorer = EntityNet(NetConfig(**net), out_dim=1) if select else None
 
-    def _net(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.net(focused(obs, self.focus, self.placed_within) if self.focus else obs)
+    def reset(self, *_: Any) -> None:
+        """Start new episodes: forget the objects chosen so far (``select`` with ``commit``)."""
+        self._choice = None
+
+    def net_input(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """What the action net reads: ``obs``, the chosen object (``select``) or the focus (``focus``)."""
+        if self.scorer is not None:
+            return take_objects(obs, self._select(obs)[:, None])
+        return focused(obs, self.focus, self.placed_within) if self.focus else obs
+
+    @torch.no_grad()
+    def _select(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``(B,)`` the object each scene's action is for: the scorer's best, or the committed one."""
+        best = object_logits(self.scorer, obs).argmax(-1)
+        if not self.commit:
+            return best
+        held = self._choice
+        if held is not None and held.shape == best.shape and int(held.max()) < obs["observation"].shape[1] - 1:
+            present = obs["observation"][:, 1:, _PRESENT].gather(1, held[:, None])[:, 0] > 0.5
+            placed = placed_objects(obs["observation"], obs["desired_goal"], self.placed_within)
+            keep = present & ~placed.gather(1, held[:, None])[:, 0]
+            best = torch.where(keep, held, best)
+        self._choice = best
+        return best
+
+    def act_on(self, net_input: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
+        """The deterministic action for an input already cut down by :meth:`net_input`."""
+        return torch.tanh(self.net(net_input)[..., : self.action_dim])
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        out = self._net(obs)
-        return torch.tanh(out[..., : self.action_dim])
+        return self.act_on(self.net_input(obs))
 
     def sample(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         if not self.stochastic:
             return self(obs)
-        mean, log_std = self._net(obs).chunk(2, dim=-1)
+        mean, log_std = self.net(self.net_input(obs)).chunk(2, dim=-1)
         return torch.tanh(mean + log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp() * torch.randn_like(mean))
 
 
@@ -102,8 +146,12 @@ def policy_from_model(model, meta: dict[str, Any]) -> Policy:
     action_dim = int(space.shape[0])
     if isinstance(actor, EntityActor):
         kwargs = {"net": asdict(actor.net_config), "action_dim": action_dim, "stochastic": actor.stochastic}
+        if actor.select:
+            kwargs["select"] = True
         module = EntityActorModule(**kwargs)
         module.net.load_state_dict(actor.net.state_dict())
+        if actor.scorer is not None:
+            module.scorer.load_state_dict(actor.scorer.state_dict())
         builder = "ecrl.policies.export:EntityActorModule"
     else:
         algo = meta["algo"]

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ecrl.attention import AttentionBlock, AttentionPool, layer_norm, mlp, normed_mlp
-from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
+from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, take_objects
 
 ARCHITECTURES = ("eit", "deepsets")
 
@@ -103,8 +103,10 @@ class EntityNet(nn.Module):
             x = x.expand(self.members, *x.shape)
         return layer(x)
 
-    def forward(self, obs: Mapping[str, torch.Tensor], action: torch.Tensor | None = None) -> torch.Tensor:
-        """``obs``: dict with ``observation (B, N, D)`` and ``desired_goal (B, M, Dg)``; ``action (B, A)``."""
+    def _embed(
+        self, obs: Mapping[str, torch.Tensor], action: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Entity tokens (+ the action token), goal tokens and their masks, after checking the input."""
         dtype = self.entity_scale.dtype
         ents, goals = obs["observation"].to(dtype), obs["desired_goal"].to(dtype)
         _check_rows("observation", ents, ENTITY_DIM)
@@ -126,16 +128,49 @@ class EntityNet(nn.Module):
             action = action.to(dtype)
             x = torch.cat([x, self._tokens(self.embed_action, action)[..., None, :]], dim=-2)
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
-        if self.config.arch == "deepsets":
-            pooled = torch.cat([_masked_mean(x, mask), _masked_mean(g, goal_mask)], dim=-1)
-            return self.head(pooled)
+        return x, g, mask, goal_mask
+
+    def _attend(self, x: torch.Tensor, g: torch.Tensor, mask: torch.Tensor, goal_mask: torch.Tensor) -> torch.Tensor:
         for block in self.before:
             x = block(x, mask=mask)
         x = self.cross(x, g, goal_mask)
         for block in self.after:
             x = block(x, mask=mask)
+        return x
+
+    def forward(self, obs: Mapping[str, torch.Tensor], action: torch.Tensor | None = None) -> torch.Tensor:
+        """``obs``: dict with ``observation (B, N, D)`` and ``desired_goal (B, M, Dg)``; ``action (B, A)``."""
+        x, g, mask, goal_mask = self._embed(obs, action)
+        if self.config.arch == "deepsets":
+            pooled = torch.cat([_masked_mean(x, mask), _masked_mean(g, goal_mask)], dim=-1)
+            return self.head(pooled)
         norm, layers = self.head
-        return normed_mlp(self.pool(x, mask), norm, layers)
+        return normed_mlp(self.pool(self._attend(x, g, mask, goal_mask), mask), norm, layers)
+
+    def per_entity(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """``(B, N, out_dim)``: the read-out head applied to every entity token instead of the pooled one (EIT)."""
+        if self.config.arch != "eit" or self.members != 1 or self.embed_action is not None:
+            raise ValueError("per_entity outputs need a single EIT without an action input")
+        x, g, mask, goal_mask = self._embed(obs, None)
+        norm, layers = self.head
+        return normed_mlp(self._attend(x, g, mask, goal_mask), norm, layers)
+
+
+def object_logits(scorer: EntityNet, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """``(B, n)``: one logit per object row (``-inf`` on absent rows) from a scorer net with ``out_dim = 1``."""
+    logits = scorer.per_entity(obs)[:, 1:, 0]
+    return logits.masked_fill(obs["observation"][:, 1:, _PRESENT] <= 0.5, float("-inf"))
+
+
+def select_object(scorer: EntityNet, obs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``obs`` cut down to the agent and the object the scorer rates highest, with its goal row.
+
+    The choice is a hard argmax (no gradient flows through it): the scorer learns it from the
+    expert's choices by cross-entropy, while the action net behind it learns from the chosen object.
+    """
+    with torch.no_grad():
+        choice = object_logits(scorer, obs).argmax(-1, keepdim=True)
+    return take_objects(obs, choice)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

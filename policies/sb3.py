@@ -20,7 +20,7 @@ from stable_baselines3.common.policies import BaseModel, BasePolicy
 from stable_baselines3.sac.policies import SACPolicy
 from stable_baselines3.td3.policies import TD3Policy
 
-from ecrl.policies.nets import EntityNet, NetConfig
+from ecrl.policies.nets import EntityNet, NetConfig, select_object
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
@@ -32,32 +32,52 @@ def _net_config(net: NetConfig | dict[str, Any] | None) -> NetConfig:
 
 
 class EntityActor(BasePolicy):
-    """Deterministic (TD3: ``tanh`` of the net) or squashed-Gaussian (SAC/TQC) actor over entities."""
+    """Deterministic (TD3: ``tanh`` of the net) or squashed-Gaussian (SAC/TQC) actor over entities.
+
+    With ``select`` a second EIT, the scorer, rates every object and the action net sees only the
+    agent and the object rated highest (:func:`ecrl.policies.nets.select_object`): the policy
+    works on one object at a time, chosen by a rule learnt from the expert's choices.
+    """
 
     def __init__(
-        self, observation_space: spaces.Dict, action_space: spaces.Box, net: NetConfig, stochastic: bool
+        self,
+        observation_space: spaces.Dict,
+        action_space: spaces.Box,
+        net: NetConfig,
+        stochastic: bool,
+        select: bool = False,
     ) -> None:
         super().__init__(observation_space, action_space, squash_output=True)
-        self.net_config, self.stochastic = net, stochastic
+        self.net_config, self.stochastic, self.select = net, stochastic, select
         self.action_dim = int(action_space.shape[0])
         self.net = EntityNet(net, out_dim=2 * self.action_dim if stochastic else self.action_dim)
+        self.scorer = _scorer(net) if select else None
         if stochastic:
             self.action_dist = SquashedDiagGaussianDistribution(self.action_dim)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        data.update(net=asdict(self.net_config), stochastic=self.stochastic)
+        data.update(net=asdict(self.net_config), stochastic=self.stochastic, select=self.select)
         return data
 
+    def net_input(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """What the action net reads: ``obs``, or with ``select`` the agent and the chosen object."""
+        return obs if self.scorer is None else select_object(self.scorer, obs)
+
     def get_action_dist_params(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        mean, log_std = self.net(obs).chunk(2, dim=-1)
+        mean, log_std = self.net(self.net_input(obs)).chunk(2, dim=-1)
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX), {}
 
-    def forward(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
+    def act_on(self, net_input: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
+        """The action for an input already cut down by :meth:`net_input` (or by a teacher's choice)."""
         if not self.stochastic:
-            return torch.tanh(self.net(obs))
-        mean, log_std, _ = self.get_action_dist_params(obs)
+            return torch.tanh(self.net(net_input))
+        mean, log_std = self.net(net_input).chunk(2, dim=-1)
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         return self.action_dist.actions_from_params(mean, log_std, deterministic=deterministic)
+
+    def forward(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
+        return self.act_on(self.net_input(obs), deterministic)
 
     def action_log_prob(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std, _ = self.get_action_dist_params(obs)
@@ -65,6 +85,13 @@ class EntityActor(BasePolicy):
 
     def _predict(self, observation: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
         return self(observation, deterministic)
+
+
+def _scorer(net: NetConfig) -> EntityNet:
+    """The object scorer of a selecting actor: an EIT of the actor's size with one output per entity."""
+    if net.arch != "eit":
+        raise ValueError(f"object selection needs the EIT (per-entity outputs), got arch {net.arch!r}")
+    return EntityNet(net, out_dim=1)
 
 
 class EntityCritic(BaseModel):
@@ -106,15 +133,24 @@ class _EntityPolicyMixin:
     stochastic_actor = True
     quantile_critic = False
 
-    def __init__(self, observation_space, action_space, lr_schedule, net: NetConfig | dict | None = None, **kwargs):
+    def __init__(
+        self,
+        observation_space,
+        action_space,
+        lr_schedule,
+        net: NetConfig | dict | None = None,
+        select: bool = False,
+        **kwargs,
+    ):
         _check_space(observation_space)
-        self.net_config = _net_config(net)
+        self.net_config, self.select = _net_config(net), select
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
     def make_actor(self, features_extractor=None) -> EntityActor:
-        return EntityActor(self.observation_space, self.action_space, self.net_config, self.stochastic_actor).to(
-            self.device
+        actor = EntityActor(
+            self.observation_space, self.action_space, self.net_config, self.stochastic_actor, self.select
         )
+        return actor.to(self.device)
 
     def make_critic(self, features_extractor=None) -> EntityCritic:
         kw = self.critic_kwargs
@@ -124,7 +160,7 @@ class _EntityPolicyMixin:
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        data["net"] = asdict(self.net_config)
+        data.update(net=asdict(self.net_config), select=self.select)
         return data
 
 
