@@ -21,7 +21,6 @@ from tqdm.auto import tqdm
 
 from ecrl.entities import take_objects
 from ecrl.envs import ScriptedExpert
-from ecrl.policies.nets import object_logits
 
 IDLE_KEPT = 10
 
@@ -174,7 +173,7 @@ def bc_errors(
     scorer = getattr(actor, "scorer", None)
     if scorer is None:
         return ((_actor_action(actor, obs) - target) ** 2).sum(-1), target.new_zeros(())
-    logits = object_logits(scorer, obs)
+    logits = scorer(obs)
     labelled = choices >= 0
     ce = F.cross_entropy(logits[labelled], choices[labelled]) if labelled.any() else logits.new_zeros(())
     index = torch.where(labelled, choices, logits.detach().argmax(-1))

@@ -15,7 +15,7 @@ from gymnasium import spaces
 from torch import nn
 
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, check_focus, focused, placed_objects, take_objects
-from ecrl.policies.nets import EntityNet, NetConfig, object_logits
+from ecrl.policies.nets import EntityNet, NetConfig, ObjectScorer, choose_object
 from ecrl.policies.sb3 import LOG_STD_MAX, LOG_STD_MIN, EntityActor
 from ecrl.policy import Policy
 
@@ -33,6 +33,8 @@ class EntityActorModule(nn.Module):
     within ``placed_within`` of its target, as the expert it learnt from does, and only then asks
     its scorer again; this needs :meth:`reset` at the start of episodes (``ecrl-eval`` calls it).
     Without it the scorer chooses afresh at every step, and near a tie it flips between objects.
+    With ``skip_placed`` (the default) the scorer chooses among objects not yet within
+    ``placed_within`` of their targets while any is left (:func:`ecrl.policies.nets.choose_object`).
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class EntityActorModule(nn.Module):
         placed_within: float = 0.04,
         select: bool = False,
         commit: bool = True,
+        skip_placed: bool = True,
     ) -> None:
         super().__init__()
         check_focus(focus, placed_within)
@@ -51,9 +54,10 @@ class EntityActorModule(nn.Module):
             raise ValueError(f"focus={focus} would override this policy's own object choice (select=True)")
         self.action_dim, self.stochastic = action_dim, stochastic
         self.focus, self.placed_within, self.select, self.commit = focus, placed_within, select, commit
+        self.skip_placed = skip_placed
         self._choice: torch.Tensor | None = None
         self.net = EntityNet(NetConfig(**net), out_dim=2 * action_dim if stochastic else action_dim)
-        self.scorer = EntityNet(NetConfig(**net), out_dim=1) if select else None
+        self.scorer = ObjectScorer(NetConfig(**net).width) if select else None
 
     def reset(self, *_: Any) -> None:
         """Start new episodes: forget the objects chosen so far (``select`` with ``commit``)."""
@@ -68,7 +72,7 @@ class EntityActorModule(nn.Module):
     @torch.no_grad()
     def _select(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """``(B,)`` the object each scene's action is for: the scorer's best, or the committed one."""
-        best = object_logits(self.scorer, obs).argmax(-1)
+        best = choose_object(self.scorer, obs, self.placed_within if self.skip_placed else None)
         if not self.commit:
             return best
         held = self._choice

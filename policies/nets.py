@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ecrl.attention import AttentionBlock, AttentionPool, layer_norm, mlp, normed_mlp
-from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, take_objects
+from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, placed_objects, take_objects
 
 ARCHITECTURES = ("eit", "deepsets")
 
@@ -36,6 +36,8 @@ ENTITY_SCALE = _feature_scale(ENTITY_FIELDS, ENTITY_DIM, _SCALES)
 GOAL_SCALE = _feature_scale(GOAL_FIELDS, GOAL_DIM, _SCALES)
 _PRESENT = ENTITY_FIELDS["present"].start
 _GOAL_PRESENT = GOAL_FIELDS["present"].start
+_XY = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
+_GOAL_XY = slice(GOAL_FIELDS["position"].start, GOAL_FIELDS["position"].start + 2)
 
 
 @dataclass
@@ -103,10 +105,8 @@ class EntityNet(nn.Module):
             x = x.expand(self.members, *x.shape)
         return layer(x)
 
-    def _embed(
-        self, obs: Mapping[str, torch.Tensor], action: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Entity tokens (+ the action token), goal tokens and their masks, after checking the input."""
+    def forward(self, obs: Mapping[str, torch.Tensor], action: torch.Tensor | None = None) -> torch.Tensor:
+        """``obs``: dict with ``observation (B, N, D)`` and ``desired_goal (B, M, Dg)``; ``action (B, A)``."""
         dtype = self.entity_scale.dtype
         ents, goals = obs["observation"].to(dtype), obs["desired_goal"].to(dtype)
         _check_rows("observation", ents, ENTITY_DIM)
@@ -128,52 +128,86 @@ class EntityNet(nn.Module):
             action = action.to(dtype)
             x = torch.cat([x, self._tokens(self.embed_action, action)[..., None, :]], dim=-2)
             mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
-        return x, g, mask, goal_mask
-
-    def _attend(self, x: torch.Tensor, g: torch.Tensor, mask: torch.Tensor, goal_mask: torch.Tensor) -> torch.Tensor:
+        if self.config.arch == "deepsets":
+            pooled = torch.cat([_masked_mean(x, mask), _masked_mean(g, goal_mask)], dim=-1)
+            return self.head(pooled)
         for block in self.before:
             x = block(x, mask=mask)
         x = self.cross(x, g, goal_mask)
         for block in self.after:
             x = block(x, mask=mask)
-        return x
-
-    def forward(self, obs: Mapping[str, torch.Tensor], action: torch.Tensor | None = None) -> torch.Tensor:
-        """``obs``: dict with ``observation (B, N, D)`` and ``desired_goal (B, M, Dg)``; ``action (B, A)``."""
-        x, g, mask, goal_mask = self._embed(obs, action)
-        if self.config.arch == "deepsets":
-            pooled = torch.cat([_masked_mean(x, mask), _masked_mean(g, goal_mask)], dim=-1)
-            return self.head(pooled)
         norm, layers = self.head
-        return normed_mlp(self.pool(self._attend(x, g, mask, goal_mask), mask), norm, layers)
-
-    def per_entity(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """``(B, N, out_dim)``: the read-out head applied to every entity token instead of the pooled one (EIT)."""
-        if self.config.arch != "eit" or self.members != 1 or self.embed_action is not None:
-            raise ValueError("per_entity outputs need a single EIT without an action input")
-        x, g, mask, goal_mask = self._embed(obs, None)
-        norm, layers = self.head
-        return normed_mlp(self._attend(x, g, mask, goal_mask), norm, layers)
-
-
-def object_logits(scorer: EntityNet, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """``(B, n)``: one logit per object row (``-inf`` on absent rows) from a scorer net with ``out_dim = 1``."""
-    logits = scorer.per_entity(obs)[:, 1:, 0]
-    return logits.masked_fill(obs["observation"][:, 1:, _PRESENT] <= 0.5, float("-inf"))
-
-
-def select_object(scorer: EntityNet, obs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``obs`` cut down to the agent and the object the scorer rates highest, with its goal row.
-
-    The choice is a hard argmax (no gradient flows through it): the scorer learns it from the
-    expert's choices by cross-entropy, while the action net behind it learns from the chosen object.
-    """
-    with torch.no_grad():
-        choice = object_logits(scorer, obs).argmax(-1, keepdim=True)
-    return take_objects(obs, choice)
+        return normed_mlp(self.pool(x, mask), norm, layers)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of ``x ([E,] B, N, C)`` over the rows where ``mask (B, N)`` is True."""
     m = mask.to(x.dtype)
     return (x * m[..., None]).sum(-2) / m.sum(-1, keepdim=True).clamp(min=1.0)
+
+
+class ObjectScorer(nn.Module):
+    """One logit per object, from that object alone: its row, its goal row and the agent's row.
+
+    Each object is scored by the same MLP on ``[agent, object, goal, object - agent, goal - object]``
+    (positions in the plane for the differences), with no attention between objects: a rule learnt
+    on two objects is applied unchanged to any number of them. It relies on the ``ecrl`` envs'
+    alignment of goal row ``i`` with object row ``i + 1`` (as :func:`ecrl.entities.focus_rows`).
+    """
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.register_buffer("entity_scale", ENTITY_SCALE.clone(), persistent=False)
+        self.register_buffer("goal_scale", GOAL_SCALE.clone(), persistent=False)
+        self.mlp = mlp([2 * ENTITY_DIM + GOAL_DIM + 4, 2 * width, 2 * width, 1])
+
+    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """``(B, n)`` logits; ``-inf`` on absent object rows."""
+        dtype = self.entity_scale.dtype
+        ents, goals = obs["observation"].to(dtype), obs["desired_goal"].to(dtype)
+        _check_rows("observation", ents, ENTITY_DIM)
+        _check_rows("desired_goal", goals, GOAL_DIM)
+        agent, objects = ents[:, :1], ents[:, 1:]
+        if objects.shape[:2] != goals.shape[:2]:
+            raise ValueError(
+                f"the object scorer needs one goal row per object row: observation {tuple(ents.shape)}, "
+                f"desired_goal {tuple(goals.shape)}"
+            )
+        scale = self.entity_scale[_XY]
+        features = torch.cat(
+            [
+                (agent * self.entity_scale).expand_as(objects),
+                objects * self.entity_scale,
+                goals * self.goal_scale,
+                (objects[..., _XY] - agent[..., _XY]) * scale,
+                (goals[..., _GOAL_XY] - objects[..., _XY]) * scale,
+            ],
+            dim=-1,
+        )
+        return self.mlp(features)[..., 0].masked_fill(objects[..., _PRESENT] <= 0.5, float("-inf"))
+
+
+def choose_object(
+    scorer: ObjectScorer, obs: Mapping[str, torch.Tensor], skip_placed: float | None = 0.04
+) -> torch.Tensor:
+    """``(B,)`` the object the scorer rates highest in each scene (no gradient flows through the choice).
+
+    With ``skip_placed`` objects already within that distance of their targets (the envs' success
+    distance) are passed over while any other is left: the policy does not work on what is done.
+    """
+    with torch.no_grad():
+        logits = scorer(obs)
+        if skip_placed is not None:
+            placed = placed_objects(obs["observation"], obs["desired_goal"], skip_placed)
+            open_ = torch.isfinite(logits) & ~placed
+            logits = torch.where(open_.any(-1, keepdim=True) & placed, float("-inf"), logits)
+        return logits.argmax(-1)
+
+
+def select_object(scorer: ObjectScorer, obs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``obs`` cut down to the agent and the object :func:`choose_object` picks, with its goal row.
+
+    The choice is a hard argmax: the scorer learns it from the expert's choices by cross-entropy,
+    while the action net behind it learns from the chosen object.
+    """
+    return take_objects(obs, choose_object(scorer, obs)[:, None])

@@ -20,7 +20,7 @@ from stable_baselines3.common.policies import BaseModel, BasePolicy
 from stable_baselines3.sac.policies import SACPolicy
 from stable_baselines3.td3.policies import TD3Policy
 
-from ecrl.policies.nets import EntityNet, NetConfig, select_object
+from ecrl.policies.nets import EntityNet, NetConfig, ObjectScorer, select_object
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
@@ -34,9 +34,10 @@ def _net_config(net: NetConfig | dict[str, Any] | None) -> NetConfig:
 class EntityActor(BasePolicy):
     """Deterministic (TD3: ``tanh`` of the net) or squashed-Gaussian (SAC/TQC) actor over entities.
 
-    With ``select`` a second EIT, the scorer, rates every object and the action net sees only the
-    agent and the object rated highest (:func:`ecrl.policies.nets.select_object`): the policy
-    works on one object at a time, chosen by a rule learnt from the expert's choices.
+    With ``select`` an object scorer (:class:`ecrl.policies.nets.ObjectScorer`) rates every object
+    and the action net sees only the agent and the object rated highest
+    (:func:`ecrl.policies.nets.select_object`): the policy works on one object at a time, chosen by
+    a rule learnt from the expert's choices.
     """
 
     def __init__(
@@ -51,7 +52,7 @@ class EntityActor(BasePolicy):
         self.net_config, self.stochastic, self.select = net, stochastic, select
         self.action_dim = int(action_space.shape[0])
         self.net = EntityNet(net, out_dim=2 * self.action_dim if stochastic else self.action_dim)
-        self.scorer = _scorer(net) if select else None
+        self.scorer = ObjectScorer(net.width) if select else None
         if stochastic:
             self.action_dist = SquashedDiagGaussianDistribution(self.action_dim)
 
@@ -85,13 +86,6 @@ class EntityActor(BasePolicy):
 
     def _predict(self, observation: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
         return self(observation, deterministic)
-
-
-def _scorer(net: NetConfig) -> EntityNet:
-    """The object scorer of a selecting actor: an EIT of the actor's size with one output per entity."""
-    if net.arch != "eit":
-        raise ValueError(f"object selection needs the EIT (per-entity outputs), got arch {net.arch!r}")
-    return EntityNet(net, out_dim=1)
 
 
 class EntityCritic(BaseModel):

@@ -118,8 +118,8 @@ class TrainConfig(RunOptions):
     demos: int = 200
     """Scripted-expert episodes added to the replay buffer before training (0: none)."""
     select: bool = False
-    """The actor works on one object at a time: an object scorer (an EIT, learnt from the expert's
-    choices by cross-entropy) picks it, and the action net sees the agent and that object only (EIT only)."""
+    """The actor works on one object at a time: a per-object scorer, learnt from the expert's choices by
+    cross-entropy, picks it, and the action net sees the agent and that object only (EIT only)."""
     bc_steps: int = 3000
     """Behaviour-cloning steps pre-training the actor on the demonstrations."""
     dagger_iterations: int = 12

@@ -10,7 +10,7 @@ from ecrl.entities import ENTITY_FIELDS, GOAL_FIELDS, take_objects
 from ecrl.envs import ScriptedExpert
 from ecrl.policies.demos import Demos, bc_errors, collect_demos, pretrain_actor
 from ecrl.policies.export import EntityActorModule
-from ecrl.policies.nets import EntityNet, NetConfig, object_logits, select_object
+from ecrl.policies.nets import ObjectScorer, select_object
 from ecrl.policies.train import TrainConfig, train
 
 PRESENT, GOAL_PRESENT = ENTITY_FIELDS["present"].start, GOAL_FIELDS["present"].start
@@ -48,25 +48,25 @@ def test_take_objects_keeps_the_agent_and_the_named_objects_with_their_goal_rows
 
 def test_object_logits_follow_the_objects_and_ignore_padding():
     torch.manual_seed(0)
-    scorer = EntityNet(NetConfig(**NET), out_dim=1).eval()
+    scorer = ObjectScorer(16).eval()
     obs = env_batch(3, seeds=[0, 1, 2], n_max=5)
-    logits = object_logits(scorer, obs)
+    logits = scorer(obs)
     assert logits.shape == (3, 5) and torch.isinf(logits[:, 3:]).all() and torch.isfinite(logits[:, :3]).all()
     order = torch.tensor([2, 0, 1, 3, 4])
     swapped = {
         "observation": obs["observation"][:, torch.cat([torch.zeros(1, dtype=torch.long), 1 + order])],
         "desired_goal": obs["desired_goal"][:, order],
     }
-    torch.testing.assert_close(object_logits(scorer, swapped), logits[:, order], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(scorer(swapped), logits[:, order], atol=1e-5, rtol=1e-5)
     unpadded = {k: v[:, : 4 if k == "observation" else 3] for k, v in obs.items()}
-    torch.testing.assert_close(object_logits(scorer, unpadded), logits[:, :3], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(scorer(unpadded), logits[:, :3], atol=1e-5, rtol=1e-5)
 
 
 def test_a_selecting_actor_acts_on_the_object_its_scorer_rates_highest():
     actor = selecting_actor()
     obs = env_batch(4, seeds=range(6))
     with torch.no_grad():
-        choice = object_logits(actor.scorer, obs).argmax(-1)
+        choice = actor.scorer(obs).argmax(-1)
         by_hand = torch.tanh(actor.net(take_objects(obs, choice[:, None])))
         assert torch.equal(actor(obs), by_hand)
         cut = select_object(actor.scorer, obs)
@@ -76,7 +76,7 @@ def test_a_selecting_actor_acts_on_the_object_its_scorer_rates_highest():
     other = (choice + 1) % 4
     moved["observation"][torch.arange(6), 1 + other, XY.start] += 0.05
     with torch.no_grad():
-        same = object_logits(actor.scorer, moved).argmax(-1) == choice
+        same = actor.scorer(moved).argmax(-1) == choice
         assert same.any()
         assert torch.equal(actor(moved)[same], actor(obs)[same])
 
@@ -85,7 +85,7 @@ def test_a_committed_choice_holds_until_its_object_is_placed_and_reset_forgets_i
     actor = selecting_actor(commit=True)
     obs = env_batch(3, seeds=range(4))
     with torch.no_grad():
-        best = object_logits(actor.scorer, obs).argmax(-1)
+        best = actor.scorer(obs).argmax(-1)
         other = (best + 1) % 3
         actor.reset()
         actor._choice = other.clone()
@@ -97,7 +97,7 @@ def test_a_committed_choice_holds_until_its_object_is_placed_and_reset_forgets_i
         i = int(other[0])
         moved["observation"][0, 1 + i, XY] = moved["desired_goal"][0, i, GOAL_FIELDS["position"].start :][:2]
         actor(moved)
-        fresh = object_logits(actor.scorer, moved).argmax(-1)
+        fresh = actor.scorer(moved).argmax(-1)
         assert actor._choice[0] == fresh[0] and torch.equal(actor._choice[1:], other[1:])
         actor.reset()
         assert actor._choice is None
@@ -142,7 +142,7 @@ def test_imitation_teaches_the_scorer_the_experts_choice():
 
     def accuracy() -> float:
         with torch.no_grad():
-            guess = object_logits(actor.scorer, full[0]).argmax(-1)
+            guess = actor.scorer(full[0]).argmax(-1)
         return (guess[labelled] == full[2][labelled]).float().mean().item()
 
     ce_before = bc_errors(actor, *full)[1].item()
