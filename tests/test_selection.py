@@ -10,7 +10,7 @@ from ecrl.entities import ENTITY_FIELDS, GOAL_FIELDS, take_objects
 from ecrl.envs import ScriptedExpert
 from ecrl.policies.demos import Demos, bc_errors, collect_demos, pretrain_actor
 from ecrl.policies.export import EntityActorModule
-from ecrl.policies.nets import ObjectScorer, select_object
+from ecrl.policies.nets import ObjectScorer, choose_object, select_object
 from ecrl.policies.train import TrainConfig, train
 
 PRESENT, GOAL_PRESENT = ENTITY_FIELDS["present"].start, GOAL_FIELDS["present"].start
@@ -103,6 +103,16 @@ def test_a_committed_choice_holds_until_its_object_is_placed_and_reset_forgets_i
         assert actor._choice is None
         actor(obs)
         assert torch.equal(actor._choice, best)
+
+
+def test_choose_object_passes_over_placed_objects_while_others_are_left():
+    obs = env_batch(3, seeds=[0, 1])
+    goal_xy = slice(GOAL_FIELDS["position"].start, GOAL_FIELDS["position"].start + 2)
+    obs["observation"][0, 1, XY] = obs["desired_goal"][0, 0, goal_xy]  # scene 0: object 0 placed
+    obs["observation"][1, 1:, XY] = obs["desired_goal"][1, :, goal_xy]  # scene 1: every object placed
+    prefer_0 = lambda _: torch.tensor([[3.0, 1.0, 2.0], [3.0, 1.0, 2.0]])  # noqa: E731
+    assert choose_object(prefer_0, obs).tolist() == [2, 0]  # scene 1 has nothing left: plain argmax
+    assert choose_object(prefer_0, obs, skip_placed=None).tolist() == [0, 0]
 
 
 def test_select_and_focus_exclude_each_other():
