@@ -5,13 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-import ecrl
 from ecrl.entities import ENTITY_FIELDS, GOAL_FIELDS, take_objects
 from ecrl.envs import ScriptedExpert
 from ecrl.policies.demos import Demos, bc_errors, collect_demos, pretrain_actor
 from ecrl.policies.export import EntityActorModule
 from ecrl.policies.nets import ObjectScorer, choose_object, select_object
-from ecrl.policies.train import TrainConfig, train
+from ecrl.policies.train import TrainConfig
 
 PRESENT, GOAL_PRESENT = ENTITY_FIELDS["present"].start, GOAL_FIELDS["present"].start
 XY = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
@@ -171,34 +170,3 @@ def test_demos_concatenate_with_their_choices():
     assert isinstance(both, Demos) and len(both) == len(a) + len(b)
     assert np.array_equal(both.choices, np.concatenate([a.choices, b.choices]))
     assert both.obs["observation"].shape[0] == len(both)
-
-
-def test_training_with_select_saves_a_policy_that_loads_and_acts_the_same(tmp_path):
-    config = TrainConfig(
-        n_objects=2,
-        select=True,
-        steps=300,
-        width=8,
-        heads=1,
-        batch_size=16,
-        eval_every=0,
-        checkpoint_every=0,
-        runs_dir=tmp_path,
-        name="run",
-        progress=False,
-        utd=0.25,
-        demos=2,
-        bc_steps=5,
-        dagger_iterations=1,
-        dagger_episodes=2,
-        dagger_steps=3,
-        bc_weight=1.0,
-        actor_warmup=100,
-    )
-    result = train(config)
-    policy = ecrl.load(result.run_dir / "final")
-    assert policy.module.select and policy.module.scorer is not None
-    obs = env_batch(5, seeds=[0, 1])  # more objects than trained
-    reloaded = ecrl.load(result.run_dir / "final")
-    np.testing.assert_array_equal(policy.act(obs), reloaded.act(obs))
-    assert policy.act(obs).shape == (2, 2)
