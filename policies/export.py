@@ -14,12 +14,23 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, check_focus, focused, placed_objects, take_objects
+from ecrl.entities import (
+    ENTITY_DIM,
+    ENTITY_FIELDS,
+    GOAL_DIM,
+    GOAL_FIELDS,
+    check_focus,
+    focused,
+    placed_objects,
+    take_objects,
+)
 from ecrl.policies.nets import EntityNet, NetConfig, ObjectScorer, choose_object
 from ecrl.policies.sb3 import LOG_STD_MAX, LOG_STD_MIN, EntityActor
 from ecrl.policy import Policy
 
 _PRESENT = ENTITY_FIELDS["present"].start
+_XY = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
+_GOAL_XY = slice(GOAL_FIELDS["position"].start, GOAL_FIELDS["position"].start + 2)
 
 
 class EntityActorModule(nn.Module):
@@ -35,6 +46,9 @@ class EntityActorModule(nn.Module):
     Without it the scorer chooses afresh at every step, and near a tie it flips between objects.
     With ``skip_placed`` (the default) the scorer chooses among objects not yet within
     ``placed_within`` of their targets while any is left (:func:`ecrl.policies.nets.choose_object`).
+    ``patience=k`` (with ``commit``; default 30, 0: never give up): an object that has not come
+    5 mm nearer its target for ``k`` steps (wedged among others) is set aside for ``k`` steps and
+    the scorer chooses again, as the scripted expert does when it stalls.
     """
 
     def __init__(
@@ -47,6 +61,7 @@ class EntityActorModule(nn.Module):
         select: bool = False,
         commit: bool = True,
         skip_placed: bool = True,
+        patience: int = 30,
     ) -> None:
         super().__init__()
         check_focus(focus, placed_within)
@@ -54,14 +69,17 @@ class EntityActorModule(nn.Module):
             raise ValueError(f"focus={focus} would override this policy's own object choice (select=True)")
         self.action_dim, self.stochastic = action_dim, stochastic
         self.focus, self.placed_within, self.select, self.commit = focus, placed_within, select, commit
-        self.skip_placed = skip_placed
-        self._choice: torch.Tensor | None = None
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+            raise ValueError(f"patience must be an int >= 0 (0: never give up on an object), got {patience!r}")
+        self.skip_placed, self.patience = skip_placed, patience
+        self.reset()
         self.net = EntityNet(NetConfig(**net), out_dim=2 * action_dim if stochastic else action_dim)
         self.scorer = ObjectScorer(NetConfig(**net).width) if select else None
 
     def reset(self, *_: Any) -> None:
         """Start new episodes: forget the objects chosen so far (``select`` with ``commit``)."""
-        self._choice = None
+        self._choice: torch.Tensor | None = None
+        self._aside = torch.zeros(0, 0, dtype=torch.long)  # (B, n): step until which an object is set aside
 
     def net_input(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """What the action net reads: ``obs``, the chosen object (``select``) or the focus (``focus``)."""
@@ -72,17 +90,40 @@ class EntityActorModule(nn.Module):
     @torch.no_grad()
     def _select(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """``(B,)`` the object each scene's action is for: the scorer's best, or the committed one."""
-        best = choose_object(self.scorer, obs, self.placed_within if self.skip_placed else None)
+        skip = self.placed_within if self.skip_placed else None
         if not self.commit:
-            return best
-        held = self._choice
-        if held is not None and held.shape == best.shape and int(held.max()) < obs["observation"].shape[1] - 1:
-            present = obs["observation"][:, 1:, _PRESENT].gather(1, held[:, None])[:, 0] > 0.5
-            placed = placed_objects(obs["observation"], obs["desired_goal"], self.placed_within)
-            keep = present & ~placed.gather(1, held[:, None])[:, 0]
-            best = torch.where(keep, held, best)
-        self._choice = best
-        return best
+            return choose_object(self.scorer, obs, skip)
+        ents, goals = obs["observation"], obs["desired_goal"]
+        b, n = ents.shape[0], ents.shape[1] - 1
+        if self._aside.shape != (b, n):  # new episodes, or another batch of scenes
+            self._aside, self._t = torch.zeros(b, n, dtype=torch.long), 0
+            self._best, self._since = torch.full((b,), float("inf")), torch.zeros(b, dtype=torch.long)
+            if self._choice is not None and self._choice.shape != (b,):
+                self._choice = None
+        self._t += 1
+        held, keep = self._choice, torch.zeros(b, dtype=torch.bool)
+        if held is not None:
+            at = lambda t: t.gather(1, held[:, None])[:, 0]  # noqa: E731
+            keep = (at(ents[:, 1:, _PRESENT]) > 0.5) & ~at(placed_objects(ents, goals, self.placed_within))
+            if self.patience:
+                # Stalled: no 5 mm of progress towards its target for `patience` steps. Set it aside as long.
+                dist = at((ents[:, 1:, _XY] - goals[..., _GOAL_XY]).norm(dim=-1))
+                better = dist < self._best - 0.005
+                self._best = torch.where(better, dist, self._best)
+                self._since = torch.where(better, 0, self._since + 1)
+                stalled = keep & (self._since > self.patience)
+                self._aside[stalled, held[stalled]] = self._t + self.patience
+                keep &= ~stalled
+        choice = choose_object(self.scorer, obs, skip, set_aside=self._aside > self._t)
+        if held is not None:
+            choice = torch.where(keep, held, choice)
+            fresh = choice != held
+        else:
+            fresh = torch.ones(b, dtype=torch.bool)
+        self._best = torch.where(fresh, float("inf"), self._best)
+        self._since = torch.where(fresh, 0, self._since)
+        self._choice = choice
+        return choice
 
     def act_on(self, net_input: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
         """The deterministic action for an input already cut down by :meth:`net_input`."""

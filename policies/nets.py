@@ -188,19 +188,28 @@ class ObjectScorer(nn.Module):
 
 
 def choose_object(
-    scorer: ObjectScorer, obs: Mapping[str, torch.Tensor], skip_placed: float | None = 0.04
+    scorer: ObjectScorer,
+    obs: Mapping[str, torch.Tensor],
+    skip_placed: float | None = 0.04,
+    set_aside: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``(B,)`` the object the scorer rates highest in each scene (no gradient flows through the choice).
 
     With ``skip_placed`` objects already within that distance of their targets (the envs' success
     distance) are passed over while any other is left: the policy does not work on what is done.
+    ``set_aside (B, n)`` bool marks objects to pass over too, while any object neither placed nor
+    set aside is left.
     """
     with torch.no_grad():
         logits = scorer(obs)
+        skips = []
         if skip_placed is not None:
-            placed = placed_objects(obs["observation"], obs["desired_goal"], skip_placed)
-            open_ = torch.isfinite(logits) & ~placed
-            logits = torch.where(open_.any(-1, keepdim=True) & placed, float("-inf"), logits)
+            skips.append(placed_objects(obs["observation"], obs["desired_goal"], skip_placed))
+        if set_aside is not None:
+            skips.insert(0, set_aside | skips[0] if skips else set_aside)
+        for skip in skips:  # the strictest first; a rule that would leave nothing open is dropped
+            open_ = torch.isfinite(logits) & ~skip
+            logits = torch.where(open_.any(-1, keepdim=True) & skip, float("-inf"), logits)
         return logits.argmax(-1)
 
 

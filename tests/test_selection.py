@@ -104,6 +104,22 @@ def test_a_committed_choice_holds_until_its_object_is_placed_and_reset_forgets_i
         assert torch.equal(actor._choice, best)
 
 
+def test_an_object_that_makes_no_progress_is_set_aside_for_patience_steps():
+    torch.manual_seed(0)
+    actor = EntityActorModule(NET, action_dim=2, stochastic=False, select=True, patience=3).eval()
+    obs = env_batch(3, seeds=[0])
+    with torch.no_grad():
+        first = int(actor.scorer(obs).argmax(-1))
+        chosen = [int(actor._select(obs)) for _ in range(12)]  # the scene never changes: no progress
+    # The first step sets its distance; after 3 more without 5 mm of progress, one more, it stalls:
+    # set aside, the next object is held as long, and then the first (no longer set aside) returns.
+    other = chosen[5]
+    assert other != first
+    assert chosen == [first] * 5 + [other] * 5 + [first] * 2
+    with pytest.raises(ValueError, match="patience"):
+        EntityActorModule(NET, action_dim=2, stochastic=False, select=True, patience=-1)
+
+
 def test_choose_object_passes_over_placed_objects_while_others_are_left():
     obs = env_batch(3, seeds=[0, 1])
     goal_xy = slice(GOAL_FIELDS["position"].start, GOAL_FIELDS["position"].start + 2)
@@ -112,6 +128,11 @@ def test_choose_object_passes_over_placed_objects_while_others_are_left():
     prefer_0 = lambda _: torch.tensor([[3.0, 1.0, 2.0], [3.0, 1.0, 2.0]])  # noqa: E731
     assert choose_object(prefer_0, obs).tolist() == [2, 0]  # scene 1 has nothing left: plain argmax
     assert choose_object(prefer_0, obs, skip_placed=None).tolist() == [0, 0]
+    aside = torch.tensor([[False, False, True], [False, False, False]])
+    assert choose_object(prefer_0, obs, set_aside=aside).tolist() == [1, 0]
+    # Setting aside the only object left is dropped as a rule rather than choosing a placed one.
+    aside_all_open = torch.tensor([[False, True, True], [False, False, False]])
+    assert choose_object(prefer_0, obs, set_aside=aside_all_open).tolist() == [2, 0]
 
 
 def test_select_and_focus_exclude_each_other():
