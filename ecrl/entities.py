@@ -26,6 +26,7 @@ __all__ = [
     "check_focus",
     "focus_rows",
     "focused",
+    "goal_distances",
     "placed_objects",
     "take_objects",
     "to_entities",
@@ -136,9 +137,14 @@ def focus_rows(
     return out["observation"], out["desired_goal"], keep
 
 
+def goal_distances(observation: torch.Tensor, desired_goal: torch.Tensor) -> torch.Tensor:
+    """``(B, n)``: distance in the plane from object row ``i + 1`` to goal row ``i``."""
+    return (observation[:, 1:, _XY] - desired_goal[..., _GOAL_XY]).norm(dim=-1)
+
+
 def placed_objects(observation: torch.Tensor, desired_goal: torch.Tensor, within: float = 0.04) -> torch.Tensor:
     """``(B, n)`` bool: object row ``i + 1`` lies within ``within`` of goal row ``i`` (in the plane)."""
-    return (observation[:, 1:, _XY] - desired_goal[..., _GOAL_XY]).norm(dim=-1) <= within
+    return goal_distances(observation, desired_goal) <= within
 
 
 def focused(obs: Mapping[str, torch.Tensor], k: int, placed_within: float = 0.04) -> dict[str, torch.Tensor]:

@@ -18,10 +18,9 @@ from ecrl.entities import (
     ENTITY_DIM,
     ENTITY_FIELDS,
     GOAL_DIM,
-    GOAL_FIELDS,
     check_focus,
     focused,
-    placed_objects,
+    goal_distances,
     take_objects,
 )
 from ecrl.policies.nets import EntityNet, NetConfig, ObjectScorer, choose_object
@@ -29,8 +28,6 @@ from ecrl.policies.sb3 import LOG_STD_MAX, LOG_STD_MIN, EntityActor
 from ecrl.policy import Policy
 
 _PRESENT = ENTITY_FIELDS["present"].start
-_XY = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
-_GOAL_XY = slice(GOAL_FIELDS["position"].start, GOAL_FIELDS["position"].start + 2)
 
 
 class EntityActorModule(nn.Module):
@@ -90,11 +87,13 @@ class EntityActorModule(nn.Module):
     @torch.no_grad()
     def _select(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """``(B,)`` the object each scene's action is for: the scorer's best, or the committed one."""
-        skip = self.placed_within if self.skip_placed else None
+        ents, goals = obs["observation"], obs["desired_goal"]
+        dist = goal_distances(ents, goals)
+        placed = dist <= self.placed_within
+        skip = placed if self.skip_placed else None
         if not self.commit:
             return choose_object(self.scorer, obs, skip)
-        ents, goals = obs["observation"], obs["desired_goal"]
-        b, n = ents.shape[0], ents.shape[1] - 1
+        b, n = dist.shape
         if self._aside.shape != (b, n):  # new episodes, or another batch of scenes
             self._aside, self._t = torch.zeros(b, n, dtype=torch.long), 0
             self._best, self._since = torch.full((b,), float("inf")), torch.zeros(b, dtype=torch.long)
@@ -104,12 +103,12 @@ class EntityActorModule(nn.Module):
         held, keep = self._choice, torch.zeros(b, dtype=torch.bool)
         if held is not None:
             at = lambda t: t.gather(1, held[:, None])[:, 0]  # noqa: E731
-            keep = (at(ents[:, 1:, _PRESENT]) > 0.5) & ~at(placed_objects(ents, goals, self.placed_within))
+            keep = (at(ents[:, 1:, _PRESENT]) > 0.5) & ~at(placed)
             if self.patience:
                 # Stalled: no 5 mm of progress towards its target for `patience` steps. Set it aside as long.
-                dist = at((ents[:, 1:, _XY] - goals[..., _GOAL_XY]).norm(dim=-1))
-                better = dist < self._best - 0.005
-                self._best = torch.where(better, dist, self._best)
+                remaining = at(dist)
+                better = remaining < self._best - 0.005
+                self._best = torch.where(better, remaining, self._best)
                 self._since = torch.where(better, 0, self._since + 1)
                 stalled = keep & (self._since > self.patience)
                 self._aside[stalled, held[stalled]] = self._t + self.patience
@@ -126,7 +125,8 @@ class EntityActorModule(nn.Module):
         return choice
 
     def act_on(self, net_input: dict[str, torch.Tensor], deterministic: bool = True) -> torch.Tensor:
-        """The deterministic action for an input already cut down by :meth:`net_input`."""
+        """The deterministic action for an input already cut down by :meth:`net_input`
+        (``deterministic`` is there for the signature of :meth:`EntityActor.act_on`)."""
         return torch.tanh(self.net(net_input)[..., : self.action_dim])
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -190,27 +190,28 @@ class ObjectScorer(nn.Module):
 def choose_object(
     scorer: ObjectScorer,
     obs: Mapping[str, torch.Tensor],
-    skip_placed: float | None = 0.04,
+    placed: torch.Tensor | None = None,
     set_aside: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``(B,)`` the object the scorer rates highest in each scene (no gradient flows through the choice).
 
-    With ``skip_placed`` objects already within that distance of their targets (the envs' success
-    distance) are passed over while any other is left: the policy does not work on what is done.
-    ``set_aside (B, n)`` bool marks objects to pass over too, while any object neither placed nor
-    set aside is left.
+    ``placed (B, n)`` bool (:func:`ecrl.entities.placed_objects`): objects passed over while any
+    other is left, so the policy does not work on what is done. ``set_aside (B, n)`` bool: objects
+    passed over too, while any object neither placed nor set aside is left.
     """
     with torch.no_grad():
         logits = scorer(obs)
-        skips = []
-        if skip_placed is not None:
-            skips.append(placed_objects(obs["observation"], obs["desired_goal"], skip_placed))
         if set_aside is not None:
-            skips.insert(0, set_aside | skips[0] if skips else set_aside)
-        for skip in skips:  # the strictest first; a rule that would leave nothing open is dropped
-            open_ = torch.isfinite(logits) & ~skip
-            logits = torch.where(open_.any(-1, keepdim=True) & skip, float("-inf"), logits)
+            logits = _pass_over(logits, set_aside if placed is None else set_aside | placed)
+        if placed is not None:
+            logits = _pass_over(logits, placed)
         return logits.argmax(-1)
+
+
+def _pass_over(logits: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+    """``logits`` with the ``skip`` rows at ``-inf`` in every scene where some other row stays open."""
+    open_ = torch.isfinite(logits) & ~skip
+    return torch.where(open_.any(-1, keepdim=True) & skip, float("-inf"), logits)
 
 
 def select_object(scorer: ObjectScorer, obs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -219,4 +220,5 @@ def select_object(scorer: ObjectScorer, obs: Mapping[str, torch.Tensor]) -> dict
     The choice is a hard argmax: the scorer learns it from the expert's choices by cross-entropy,
     while the action net behind it learns from the chosen object.
     """
-    return take_objects(obs, choose_object(scorer, obs)[:, None])
+    placed = placed_objects(obs["observation"], obs["desired_goal"])
+    return take_objects(obs, choose_object(scorer, obs, placed)[:, None])

@@ -65,17 +65,18 @@ class EntityActor(BasePolicy):
         """What the action net reads: ``obs``, or with ``select`` the agent and the chosen object."""
         return obs if self.scorer is None else select_object(self.scorer, obs)
 
+    def _dist_params(self, net_input: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, log_std = self.net(net_input).chunk(2, dim=-1)
+        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+
     def get_action_dist_params(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        mean, log_std = self.net(self.net_input(obs)).chunk(2, dim=-1)
-        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX), {}
+        return *self._dist_params(self.net_input(obs)), {}
 
     def act_on(self, net_input: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
         """The action for an input already cut down by :meth:`net_input` (or by a teacher's choice)."""
         if not self.stochastic:
             return torch.tanh(self.net(net_input))
-        mean, log_std = self.net(net_input).chunk(2, dim=-1)
-        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        return self.action_dist.actions_from_params(mean, log_std, deterministic=deterministic)
+        return self.action_dist.actions_from_params(*self._dist_params(net_input), deterministic=deterministic)
 
     def forward(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
         return self.act_on(self.net_input(obs), deterministic)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from ecrl.entities import ENTITY_FIELDS, GOAL_FIELDS, take_objects
+from ecrl.entities import ENTITY_FIELDS, GOAL_FIELDS, placed_objects, take_objects
 from ecrl.envs import ScriptedExpert
 from ecrl.policies.demos import Demos, bc_errors, collect_demos, pretrain_actor
 from ecrl.policies.export import EntityActorModule
@@ -126,13 +126,14 @@ def test_choose_object_passes_over_placed_objects_while_others_are_left():
     obs["observation"][0, 1, XY] = obs["desired_goal"][0, 0, goal_xy]  # scene 0: object 0 placed
     obs["observation"][1, 1:, XY] = obs["desired_goal"][1, :, goal_xy]  # scene 1: every object placed
     prefer_0 = lambda _: torch.tensor([[3.0, 1.0, 2.0], [3.0, 1.0, 2.0]])  # noqa: E731
-    assert choose_object(prefer_0, obs).tolist() == [2, 0]  # scene 1 has nothing left: plain argmax
-    assert choose_object(prefer_0, obs, skip_placed=None).tolist() == [0, 0]
+    placed = placed_objects(obs["observation"], obs["desired_goal"])
+    assert choose_object(prefer_0, obs, placed).tolist() == [2, 0]  # scene 1 has nothing left: plain argmax
+    assert choose_object(prefer_0, obs).tolist() == [0, 0]
     aside = torch.tensor([[False, False, True], [False, False, False]])
-    assert choose_object(prefer_0, obs, set_aside=aside).tolist() == [1, 0]
+    assert choose_object(prefer_0, obs, placed, set_aside=aside).tolist() == [1, 0]
     # Setting aside the only object left is dropped as a rule rather than choosing a placed one.
     aside_all_open = torch.tensor([[False, True, True], [False, False, False]])
-    assert choose_object(prefer_0, obs, set_aside=aside_all_open).tolist() == [2, 0]
+    assert choose_object(prefer_0, obs, placed, set_aside=aside_all_open).tolist() == [2, 0]
 
 
 def test_select_and_focus_exclude_each_other():
@@ -158,7 +159,8 @@ def test_expert_reports_the_object_it_works_on():
     assert info["is_success"]
     worked = [c for c in choices if c is not None]
     assert set(worked) == {0, 1}  # both objects, one at a time
-    assert expert.act(obs) is not None and expert.choice is None  # all placed: nothing chosen
+    idle = expert.act(obs)
+    assert not idle.any() and expert.choice is None  # all placed: it idles and chooses nothing
 
 
 def test_imitation_teaches_the_scorer_the_experts_choice():
