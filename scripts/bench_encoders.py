@@ -147,6 +147,7 @@ def measure(args: EncodersArgs) -> dict[str, Any]:
                 "scored_objects": scores.position.objects,
                 "probe_fit_objects": scores.position.fit_objects,
                 "per_n": {str(n): v for n, v in scores.per_n.items()},
+                **scores.contact,
             }
         rows.append(row)
     return {"threads": args.threads, "image_size": size, "cameras": list(cameras), "trained": trained, "encoders": rows}
@@ -209,9 +210,11 @@ def tables(result: dict[str, Any]) -> str:
         for r in rows
     ]
     if result["trained"]:
-        header += ["FG-ARI", *[f"FG-ARI {c}" for c in result["cameras"]], "position cm (mean / median)", "recon MSE"]
+        header += ["FG-ARI", *[f"FG-ARI {c}" for c in result["cameras"]], "FG-ARI touching / apart (share touching)"]
+        header += ["position cm (mean / median)", "recon MSE"]
         for line, r in zip(body, rows, strict=True):
             line += [f"{r['fg_ari']:.3f}", *[f"{r[f'fg_ari_{c}']:.3f}" for c in result["cameras"]]]
+            line += [f"{r['fg_ari_touching']:.3f} / {r['fg_ari_apart']:.3f} ({r['touching_share']:.0%})"]
             line += [f"{r['position_cm']:.2f} / {r['position_median_cm']:.2f}", f"{r['recon_mse']:.5f}"]
     parts = [markdown_table(header, body)]
     if result["trained"]:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from ecrl.encoders.metrics import PositionProbe, encode_rate, fg_ari, match_objects
+from ecrl.encoders.metrics import PositionProbe, encode_rate, fg_ari, match_objects, touching
 
 
 def ari_by_pairs(true: np.ndarray, pred: np.ndarray) -> float:
@@ -51,6 +51,18 @@ def test_fg_ari_ignores_background_and_handles_degenerate_images():
     assert np.isnan(score[1]) and score[2] == 1.0
     with pytest.raises(ValueError, match="must agree"):
         fg_ari(true, one_hot_alpha(pred, 3)[:, :, :2])
+
+
+def test_touching_finds_labels_in_contact_side_by_side_or_stacked():
+    labels = np.zeros((5, 5, 5), np.int64)
+    labels[0, 1, 1], labels[0, 1, 2] = 1, 2  # side by side
+    labels[1, 1, 3], labels[1, 2, 3] = 2, 3  # one above the other
+    labels[2, 1, 1], labels[2, 2, 2] = 1, 2  # diagonal neighbours only
+    labels[3, 0, 0], labels[3, 4, 4] = 1, 2  # apart
+    labels[4, 1:3, 1:3] = 2  # one label alone
+    np.testing.assert_array_equal(touching(labels), [True, True, False, False, False])
+    with pytest.raises(ValueError, match=r"\(M, H, W\)"):
+        touching(labels[0])
 
 
 def test_objects_are_matched_to_the_entities_that_cover_them():

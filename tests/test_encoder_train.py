@@ -124,6 +124,7 @@ def test_bench_encoders_scores_trained_checkpoints(frames_path, tmp_path, capsys
     row = result["encoders"][0]
     assert row["kind"] == "slot" and row["encode_images_per_s"] > 0 and row["render_images_per_s"] > 0
     assert -1 <= row["fg_ari"] <= 1 and row["per_n"]["2"]["frames"] == 16
+    assert 0 <= row["touching_share"] <= 1 and "FG-ARI touching / apart" in (out / "README.md").read_text()
     assert [t["target"].split()[0] for t in result["targets"]][:2] == ["FG-ARI", "position"]
     assert (out / "encoders.png").stat().st_size > 0 and "FG-ARI" in (out / "README.md").read_text()
     assert (out / "decomposition_slot.png").stat().st_size > 0

@@ -9,7 +9,7 @@ import torch
 
 from ecrl.encoders.base import EntityEncoder
 from ecrl.encoders.data import Frames
-from ecrl.encoders.metrics import PositionProbe, ProbeResult, fg_ari, match_objects
+from ecrl.encoders.metrics import PositionProbe, ProbeResult, fg_ari, match_objects, touching
 
 __all__ = ["EncoderScores", "run_encoder", "score_encoder"]
 
@@ -28,6 +28,10 @@ class EncoderScores:
     """Held-out frames scored (each has one image per camera)."""
     per_n: dict[int, dict[str, float]] = field(default_factory=dict)
     """Per number of objects in the frame: ``fg_ari``, ``position_cm`` and ``frames``."""
+    contact: dict[str, float] = field(default_factory=dict)
+    """FG-ARI of the camera images in which two foreground labels touch (``fg_ari_touching``) and of the
+    others (``fg_ari_apart``), and the share of images that touch (``touching_share``); see
+    :func:`~ecrl.encoders.metrics.touching`."""
 
     def scalars(self) -> dict[str, float]:
         out = {"fg_ari": self.fg_ari, "recon_mse": self.recon_mse, "position_cm": self.position.mean_cm}
@@ -83,6 +87,7 @@ def score_encoder(
     probe = PositionProbe(steps=probe_steps, seed=seed).fit(x_fit, y_fit)
     seg = test.segmentation[test_idx]
     ari = np.stack([fg_ari(seg[:, v], run["alpha"][:, v]) for v in range(views)], 1)  # (M, V)
+    touch = touching(seg.reshape(-1, *seg.shape[2:])).reshape(seg.shape[:2])  # (M, V)
     n_frame = test.n_objects[test_idx]
     errors, n_object = probe.errors_cm(x_test, y_test), n_frame[which_test[:, 0]]
     per_n = {
@@ -100,4 +105,9 @@ def score_encoder(
         position=probe.score(x_test, y_test),
         frames=len(test_idx),
         per_n=per_n,
+        contact={
+            "fg_ari_touching": float(np.nanmean(ari[touch])) if touch.any() else float("nan"),
+            "fg_ari_apart": float(np.nanmean(ari[~touch])) if (~touch).any() else float("nan"),
+            "touching_share": float(touch.mean()),
+        },
     )

@@ -4,6 +4,8 @@
   pixel goes to the entity with the largest alpha) and MuJoCo's segmentation, over the foreground
   pixels only (the agent and the objects; the table, floor and goal markers are background). 1 is a
   perfect split into objects, 0 is chance.
+- :func:`touching`: which label maps have two foreground labels in contact (FG-ARI is reported
+  apart for those frames).
 - :func:`match_objects` pairs each object with one entity per view by optimal assignment on how
   much of the object's true mask the entity's alpha covers; :class:`PositionProbe` then learns to
   read the object's table position from the matched entity rows (fitted on one set of frames,
@@ -22,7 +24,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from torch import nn
 
-__all__ = ["PositionProbe", "ProbeResult", "encode_rate", "fg_ari", "match_objects"]
+__all__ = ["PositionProbe", "ProbeResult", "encode_rate", "fg_ari", "match_objects", "touching"]
 
 
 def fg_ari(labels: np.ndarray | torch.Tensor, alpha: np.ndarray | torch.Tensor) -> np.ndarray:
@@ -60,6 +62,19 @@ def fg_ari(labels: np.ndarray | torch.Tensor, alpha: np.ndarray | torch.Tensor) 
     )
     ari = torch.where(n >= 2, ari, torch.nan)
     return ari.numpy()
+
+
+def touching(labels: np.ndarray) -> np.ndarray:
+    """``(M,)`` whether two different foreground labels of each ``(M, H, W)`` label map touch: a pixel of
+    one is next to (left, right, above or below) a pixel of the other. The pusher pressed against the
+    object it pushes, or two objects in contact, are where decompositions tend to merge things."""
+    labels = np.asarray(labels)
+    if labels.ndim != 3:
+        raise ValueError(f"labels must be (M, H, W), got shape {labels.shape}")
+    out = np.zeros(len(labels), bool)
+    for a, b in ((labels[:, 1:], labels[:, :-1]), (labels[:, :, 1:], labels[:, :, :-1])):
+        out |= ((a > 0) & (b > 0) & (a != b)).reshape(len(labels), -1).any(1)
+    return out
 
 
 def match_objects(alpha: np.ndarray, segmentation: np.ndarray, n_objects: np.ndarray) -> np.ndarray:

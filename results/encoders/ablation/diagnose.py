@@ -5,7 +5,8 @@
 On 256 held-out frames (seed 0): per camera, the share of foreground labels (pusher, objects) whose
 pixels mostly go to an entity that also takes another label (merged), how many of those merges
 involve the pusher, the median pixel distance between the centres of merged labels, the share of pusher and object pixels drawn (entity alpha > 0.5), and the
-FG-ARI over objects only (pusher pixels left out).
+FG-ARI over objects only (pusher pixels left out), and the FG-ARI of the frames in which two labels
+touch (a pixel of one is next to a pixel of the other) against the frames in which none do.
 """
 
 import sys
@@ -17,7 +18,7 @@ from ecrl.datasets import DemoDataset
 from ecrl.encoders import load_encoder
 from ecrl.encoders.data import Frames
 from ecrl.encoders.evaluate import run_encoder
-from ecrl.encoders.metrics import fg_ari
+from ecrl.encoders.metrics import fg_ari, touching
 
 torch.set_num_threads(1)
 encoder = load_encoder(sys.argv[1])
@@ -43,8 +44,12 @@ for view, camera in enumerate(frames.cameras):
     drawn = alpha[:, view].sum(1) > 0.5
     seg = segmentation[:, view]
     objects_only = fg_ari(np.where(seg == 1, 0, seg), alpha[:, view])
+    ari = fg_ari(seg, alpha[:, view])
+    touch = touching(seg)
     print(
-        f"{camera}: FG-ARI {np.nanmean(fg_ari(seg, alpha[:, view])):.3f}, objects only {np.nanmean(objects_only):.3f}; "
+        f"{camera}: FG-ARI {np.nanmean(ari):.3f}, objects only {np.nanmean(objects_only):.3f}; "
+        f"frames with touching labels {touch.mean():.0%}: FG-ARI {np.nanmean(ari[touch]):.3f} there, "
+        f"{np.nanmean(ari[~touch]):.3f} elsewhere; "
         f"merged labels {merged}/{labels} ({merged / labels:.1%}), merges with the pusher {with_pusher}, "
         f"merged centres {np.median(gaps):.1f} px apart (median); "
         f"drawn: pusher pixels {drawn[seg == 1].mean():.2f}, object pixels {drawn[seg >= 2].mean():.2f}"
