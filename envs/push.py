@@ -21,7 +21,7 @@ from ecrl.envs.layout import (
     SHAPES,
     shape_one_hot,
 )
-from ecrl.envs.scene import AGENT_HALF_HEIGHT, AGENT_RADIUS, CAMERAS, SUBSTEPS, build_model, scatter
+from ecrl.envs.scene import AGENT_HALF_HEIGHT, AGENT_RADIUS, CAMERAS, MAIN_CAMERAS, SUBSTEPS, build_model, scatter
 from ecrl.envs.splits import SPLITS, CompositionalSplit
 from ecrl.envs.task import RandomTasks, TaskDistribution, TaskSpec, _check_n
 
@@ -99,7 +99,7 @@ class PushEnv(gym.Env):
         width: int = 96,
         height: int = 96,
         pixels: int | None = None,
-        cameras: tuple[str, ...] = ("front", "top"),
+        cameras: tuple[str, ...] = MAIN_CAMERAS,
     ) -> None:
         if isinstance(split, str):
             if split not in SPLITS:
@@ -401,8 +401,8 @@ class PushEnv(gym.Env):
             return None
         return self._render_with(self.camera, depth=self.render_mode == "depth_array").copy()
 
-    def render_views(self, cameras: tuple[str, ...] = CAMERAS) -> dict[str, np.ndarray]:
-        """RGB images ``{camera: (H, W, 3) uint8}`` from several named cameras."""
+    def render_views(self, cameras: tuple[str, ...] = MAIN_CAMERAS) -> dict[str, np.ndarray]:
+        """RGB images ``{camera: (H, W, 3) uint8}`` from several named cameras (default: front and top)."""
         return {c: self._render_with(c).copy() for c in cameras}
 
     def render_segmentation(self, camera: str = "front") -> np.ndarray:

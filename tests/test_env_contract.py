@@ -94,11 +94,13 @@ def test_render_mode_gives_image_of_requested_size(make, env_id, mode):
 def test_render_views_gives_one_distinct_image_per_camera(make, env_id):
     env = make(env_id, width=64, height=64)
     env.reset(seed=0)
-    views = env.unwrapped.render_views()
-    assert set(views) == set(CAMERAS) >= {"front", "top"}
+    assert list(env.unwrapped.render_views()) == ["front", "top"]
+    views = env.unwrapped.render_views(CAMERAS)
+    assert set(views) == set(CAMERAS) >= {"front", "top", "top_close"}
     for image in views.values():
         assert image.shape == (64, 64, 3) and image.dtype == np.uint8
     assert not np.array_equal(views["front"], views["top"])
+    assert not np.array_equal(views["top"], views["top_close"])
     only_top = env.unwrapped.render_views(("top",))
     assert list(only_top) == ["top"]
     np.testing.assert_array_equal(only_top["top"], views["top"])
