@@ -92,7 +92,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ecrl.envs import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, ScriptedExpert, TaskSpec
-from ecrl.envs.scene import CAMERAS
+from ecrl.envs.scene import CAMERAS, MAIN_CAMERAS
 from ecrl.evaluation import EVAL_SEED, BatchPolicy, check_settings, describe
 from ecrl.reporting import provenance
 
@@ -196,7 +196,7 @@ class CollectConfig:
     """Show a progress bar."""
     pixels: int | None = None
     """Also record RGB frames and segmentation masks of every state, this many pixels square (16 … 256)."""
-    cameras: tuple[str, ...] = ("front", "top")
+    cameras: tuple[str, ...] = MAIN_CAMERAS
     """Cameras the frames come from (with ``--pixels``)."""
     random_actions: float = 0.0
     """Probability that a step's action is replaced by a uniformly random one (1: random rollouts)."""
