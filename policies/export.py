@@ -15,8 +15,8 @@ from gymnasium import spaces
 from torch import nn
 
 from ecrl.entities import (
+    _PRESENT,
     ENTITY_DIM,
-    ENTITY_FIELDS,
     GOAL_DIM,
     check_focus,
     focused,
@@ -26,8 +26,6 @@ from ecrl.entities import (
 from ecrl.policies.nets import EntityNet, NetConfig, ObjectScorer, choose_object
 from ecrl.policies.sb3 import LOG_STD_MAX, LOG_STD_MIN, EntityActor
 from ecrl.policy import Policy
-
-_PRESENT = ENTITY_FIELDS["present"].start
 
 
 class EntityActorModule(nn.Module):

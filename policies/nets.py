@@ -16,7 +16,16 @@ import torch
 from torch import nn
 
 from ecrl.attention import AttentionBlock, AttentionPool, layer_norm, mlp, normed_mlp
-from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, placed_objects, take_objects
+from ecrl.entities import (
+    _GOAL_XY,
+    _XY,
+    ENTITY_DIM,
+    ENTITY_FIELDS,
+    GOAL_DIM,
+    GOAL_FIELDS,
+    placed_objects,
+    take_objects,
+)
 
 ARCHITECTURES = ("eit", "deepsets")
 
@@ -36,8 +45,6 @@ ENTITY_SCALE = _feature_scale(ENTITY_FIELDS, ENTITY_DIM, _SCALES)
 GOAL_SCALE = _feature_scale(GOAL_FIELDS, GOAL_DIM, _SCALES)
 _PRESENT = ENTITY_FIELDS["present"].start
 _GOAL_PRESENT = GOAL_FIELDS["present"].start
-_XY = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
-_GOAL_XY = slice(GOAL_FIELDS["position"].start, GOAL_FIELDS["position"].start + 2)
 
 
 @dataclass
