@@ -167,6 +167,7 @@ def test_bad_images_raise(images, message):
         ({"heatmap_stride": 8}, "heatmap_stride"),
         ({"suppression_px": 0.0}, "suppression_px"),
         ({"foreground_weight": -1.0}, "foreground_weight"),
+        ({"colour_detail": -0.5}, "colour_detail"),
         ({"locality_weight": -0.1}, "locality_weight"),
         ({"locality_start": -5}, "locality_start"),
         ({"glimpse_fade_start": 500, "glimpse_fade_end": 100}, "glimpse_fade"),
@@ -218,6 +219,23 @@ def test_foreground_weight_makes_undrawn_foreground_cost_more():
         miss_table, images, background
     )
     assert enc.reconstruction_loss(images, images, background) == 0
+
+
+def test_particle_colour_keeps_one_hue_per_glimpse():
+    """With particle_colour and no detail, brightness moves all three channels' logits together, so
+    every pixel of a glimpse has the same logit differences between channels: one hue per particle."""
+    torch.manual_seed(0)
+    enc = ParticleEncoder(ParticleConfig(particle_colour=True, colour_detail=0.0, **SMALL))
+    logits = torch.logit(enc.glimpses(torch.randn(2, 3, enc.config.feature_dim))[:, :, :3].double())
+    hue = logits - logits[:, :, :1]  # (N, K, 3, g, g): each channel's logit minus red's
+    assert (hue - hue.mean((-2, -1), keepdim=True)).abs().max() < 1e-4
+    assert logits.std((-2, -1)).min() > 0  # brightness still varies over the glimpse
+    detailed = ParticleEncoder(ParticleConfig(particle_colour=True, colour_detail=0.5, **SMALL))
+    detail = torch.logit(detailed.glimpses(torch.randn(2, 3, enc.config.feature_dim))[:, :, :3].double())
+    spread = (detail - detail[:, :, :1]).amax((-2, -1)) - (detail - detail[:, :, :1]).amin((-2, -1))
+    assert 0 < spread.max() <= 4 * 0.5 + 1e-4  # each channel's detail is within ±0.5: a difference spans at most 2
+    plain = ParticleEncoder(ParticleConfig(**SMALL))
+    assert not hasattr(plain, "glimpse_colour") and plain.glimpse_decoder[-1].out_channels == 4
 
 
 def test_locality_loss_prefers_the_particle_centred_on_a_pixel():

@@ -146,6 +146,14 @@ class ParticleConfig:
     glimpse_fade_end: int = 0
     """Training step from which the glimpse loss is off (0: never fade it). The glimpse loss asks every particle to draw its whole crop, neighbours included, which merges
     touching things; once the glimpse decoders draw, fading it out lets particles specialise."""
+    particle_colour: bool = False
+    """Each particle draws one colour, shaded: its glimpse's RGB logits are a per-particle colour plus a
+    per-pixel brightness shared by the three channels (plus ``colour_detail`` of free per-channel
+    detail). A particle cannot then draw a red object and the grey pusher beside it equally well, so
+    the reconstruction prefers another particle for the pusher (off: free RGB per pixel)."""
+    colour_detail: float = 0.5
+    """With ``particle_colour``: bound (in logits) of the per-channel detail added to the shaded colour
+    (anti-aliased edges, highlights)."""
 
     def __post_init__(self) -> None:
         check_config(self, ("prior_keypoints", "width", "feature_dim", "background_dim"))
@@ -160,7 +168,7 @@ class ParticleConfig:
             raise ValueError(
                 f"glimpse must be a multiple of 4 in [4, image_size={self.image_size}], got {self.glimpse}"
             )
-        for name in ("beta_kl", "beta_glimpse", "foreground_weight", "locality_weight"):
+        for name in ("beta_kl", "beta_glimpse", "foreground_weight", "locality_weight", "colour_detail"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.prior_sigma > 0:
@@ -244,7 +252,7 @@ class ParticleEncoder(EntityEncoder):
             nn.SiLU(),
             nn.Linear(2 * w, 11 + 2 * c.feature_dim),
         )
-        # Glimpse decoder: features → RGBA glimpse.
+        # Glimpse decoder: features → RGBA glimpse (RGB detail, alpha, brightness with particle_colour).
         self.glimpse_decoder = nn.Sequential(
             nn.Linear(c.feature_dim, w * (g // 4) ** 2),
             nn.SiLU(),
@@ -252,8 +260,10 @@ class ParticleEncoder(EntityEncoder):
             nn.Upsample(scale_factor=2),
             _conv(w, w // 2),
             nn.Upsample(scale_factor=2),
-            nn.Conv2d(w // 2, 4, 3, 1, 1),
+            nn.Conv2d(w // 2, 5 if c.particle_colour else 4, 3, 1, 1),
         )
+        if c.particle_colour:
+            self.glimpse_colour = nn.Linear(c.feature_dim, 3)
         with torch.no_grad():
             # Latents start nearly certain (noise that drowns their signal would teach the decoders
             # to ignore them), scales at their prior mean; particles start faint, so that the
@@ -411,6 +421,20 @@ class ParticleEncoder(EntityEncoder):
         return entities, self.all_present(entities)
 
     # ------------------------------------------------------------------ decoder
+    def glimpses(self, features: torch.Tensor) -> torch.Tensor:
+        """RGBA glimpses ``(N, K, 4, g, g)`` in ``[0, 1]`` of visual latents ``features (N, K, F)``.
+
+        With ``particle_colour`` the RGB logits are the particle's colour (a linear map of its latent)
+        plus the decoded per-pixel brightness and ``colour_detail · tanh`` of the decoded per-channel
+        detail; otherwise the decoded RGB logits are used as they are.
+        """
+        out = self.glimpse_decoder(features.flatten(0, 1))
+        if self.config.particle_colour:
+            colour = self.glimpse_colour(features.flatten(0, 1))[..., None, None]
+            rgb = colour + out[:, 4:] + self.config.colour_detail * torch.tanh(out[:, :3])
+            out = torch.cat([rgb, out[:, 3:4]], 1)
+        return torch.sigmoid(out).unflatten(0, features.shape[:2])
+
     def render(
         self,
         glimpses: torch.Tensor,
@@ -482,7 +506,7 @@ class ParticleEncoder(EntityEncoder):
         scale = torch.sigmoid(_sample(post["scale"], post["scale_logvar"], stochastic))
         depth = _sample(post["depth"], post["depth_logvar"], stochastic)
         features = _sample(post["features"], post["features_logvar"], stochastic)
-        glimpses = torch.sigmoid(self.glimpse_decoder(features.flatten(0, 1))).unflatten(0, features.shape[:2])
+        glimpses = self.glimpses(features)
         background, kl_background = self._background(post["pooled"], b, stochastic)
         recon, alpha = self.render(glimpses, mu, scale, depth, post["transparency"], background)
         glimpse_loss = self.glimpse_loss(flat, background.detach(), glimpses, mu.detach(), scale.detach())
