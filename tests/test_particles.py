@@ -232,7 +232,8 @@ def test_particle_colour_keeps_one_hue_per_glimpse():
     assert logits.std((-2, -1)).min() > 0  # brightness still varies over the glimpse
     detailed = ParticleEncoder(ParticleConfig(particle_colour=True, colour_detail=0.5, **SMALL))
     detail = torch.logit(detailed.glimpses(torch.randn(2, 3, enc.config.feature_dim))[:, :, :3].double())
-    spread = (detail - detail[:, :, :1]).amax((-2, -1)) - (detail - detail[:, :, :1]).amin((-2, -1))
+    differences = detail - detail[:, :, :1]
+    spread = differences.amax((-2, -1)) - differences.amin((-2, -1))
     assert 0 < spread.max() <= 4 * 0.5 + 1e-4  # each channel's detail is within ±0.5: a difference spans at most 2
     plain = ParticleEncoder(ParticleConfig(**SMALL))
     assert not hasattr(plain, "glimpse_colour") and plain.glimpse_decoder[-1].out_channels == 4

@@ -428,9 +428,10 @@ class ParticleEncoder(EntityEncoder):
         plus the decoded per-pixel brightness and ``colour_detail · tanh`` of the decoded per-channel
         detail; otherwise the decoded RGB logits are used as they are.
         """
-        out = self.glimpse_decoder(features.flatten(0, 1))
+        flat = features.flatten(0, 1)
+        out = self.glimpse_decoder(flat)
         if self.config.particle_colour:
-            colour = self.glimpse_colour(features.flatten(0, 1))[..., None, None]
+            colour = self.glimpse_colour(flat)[..., None, None]
             rgb = colour + out[:, 4:] + self.config.colour_detail * torch.tanh(out[:, :3])
             out = torch.cat([rgb, out[:, 3:4]], 1)
         return torch.sigmoid(out).unflatten(0, features.shape[:2])
