@@ -168,6 +168,7 @@ def test_bad_images_raise(images, message):
         ({"suppression_px": 0.0}, "suppression_px"),
         ({"foreground_weight": -1.0}, "foreground_weight"),
         ({"colour_detail": -0.5}, "colour_detail"),
+        ({"crop_zoom": 0.5}, "crop_zoom"),
         ({"locality_weight": -0.1}, "locality_weight"),
         ({"locality_start": -5}, "locality_start"),
         ({"glimpse_fade_start": 500, "glimpse_fade_end": 100}, "glimpse_fade"),
@@ -237,6 +238,24 @@ def test_particle_colour_keeps_one_hue_per_glimpse():
     assert 0 < spread.max() <= 4 * 0.5 + 1e-4  # each channel's detail is within ±0.5: a difference spans at most 2
     plain = ParticleEncoder(ParticleConfig(**SMALL))
     assert not hasattr(plain, "glimpse_colour") and plain.glimpse_decoder[-1].out_channels == 4
+
+
+def test_crop_zoom_narrows_what_a_particle_is_encoded_from(monkeypatch):
+    """A bright frame 3-5 px from the centre of a dark 32-px image is in a full 8-px crop centred
+    there, and outside the crop of a particle zoomed ×2 (4 image pixels across)."""
+    images = torch.zeros(1, 1, 3, 32, 32)
+    images[..., 11:21, 11:21] = 1.0
+    images[..., 13:19, 13:19] = 0.0  # a dark centre 6 px across inside a 2 px bright frame
+    seen = {}
+    for zoom in (1.0, 2.0):
+        enc = ParticleEncoder(ParticleConfig(views=1, crop_zoom=zoom, **SMALL))
+        centre = lambda logits, images: torch.zeros(images.shape[0], logits.shape[1], 2)  # noqa: E731
+        monkeypatch.setattr(enc, "_keypoints", centre)
+        enc.glimpse_encoder.register_forward_hook(lambda m, args, out, z=zoom: seen.__setitem__(z, args[0]))
+        enc.encode(images)
+    assert seen[1.0].shape == seen[2.0].shape == (enc.config.entities, 3, 8, 8)
+    assert seen[1.0].amax() == 1.0  # the frame is in the full crop
+    assert seen[2.0].amax() == 0.0  # and not in the zoomed one
 
 
 def test_locality_loss_prefers_the_particle_centred_on_a_pixel():

@@ -154,6 +154,11 @@ class ParticleConfig:
     colour_detail: float = 0.5
     """With ``particle_colour``: bound (in logits) of the per-channel detail added to the shaded colour
     (anti-aliased edges, highlights)."""
+    crop_zoom: float = 1.0
+    """Magnification of the crops the particles are encoded from: a crop spans ``glimpse / crop_zoom``
+    image pixels around its keypoint, resampled to ``glimpse`` pixels. Above 1 a particle sees mostly
+    what is at its keypoint: the particle next to an object on the pusher then no longer encodes the
+    object that fills most of a full-size crop (1: the crop is as large as a glimpse)."""
 
     def __post_init__(self) -> None:
         check_config(self, ("prior_keypoints", "width", "feature_dim", "background_dim"))
@@ -168,6 +173,8 @@ class ParticleConfig:
             raise ValueError(
                 f"glimpse must be a multiple of 4 in [4, image_size={self.image_size}], got {self.glimpse}"
             )
+        if not self.crop_zoom >= 1:
+            raise ValueError(f"crop_zoom must be >= 1, got {self.crop_zoom}")
         for name in ("beta_kl", "beta_glimpse", "foreground_weight", "locality_weight", "colour_detail"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -331,7 +338,7 @@ class ParticleEncoder(EntityEncoder):
         c, n = self.config, images.shape[0]
         trunk = self.trunk(torch.cat([images, self.coords.expand(n, -1, -1, -1)], 1))
         anchor = self._keypoints(self.heatmaps(trunk), images)  # (N, K, 2)
-        share = torch.full_like(anchor, self.glimpse_share)
+        share = torch.full_like(anchor, self.glimpse_share / c.crop_zoom)
         crops = self._crop(images, anchor.detach(), share).flatten(0, 1)  # (N K, 3, g, g)
         stats = rearrange(self.glimpse_encoder(crops), "(n k) d -> n k d", n=n)
         offset, offset_logvar, scale, scale_logvar, depth, depth_logvar, transparency, features, features_logvar = (
