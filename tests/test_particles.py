@@ -169,6 +169,7 @@ def test_bad_images_raise(images, message):
         ({"foreground_weight": -1.0}, "foreground_weight"),
         ({"colour_detail": -0.5}, "colour_detail"),
         ({"crop_zoom": 0.5}, "crop_zoom"),
+        ({"centring_weight": -1.0}, "centring_weight"),
         ({"locality_weight": -0.1}, "locality_weight"),
         ({"locality_start": -5}, "locality_start"),
         ({"glimpse_fade_start": 500, "glimpse_fade_end": 100}, "glimpse_fade"),
@@ -256,6 +257,21 @@ def test_crop_zoom_narrows_what_a_particle_is_encoded_from(monkeypatch):
     assert seen[1.0].shape == seen[2.0].shape == (enc.config.entities, 3, 8, 8)
     assert seen[1.0].amax() == 1.0  # the frame is in the full crop
     assert seen[2.0].amax() == 0.0  # and not in the zoomed one
+
+
+def test_centring_loss_is_zero_for_a_glimpse_drawn_on_its_centre():
+    enc = ParticleEncoder(ParticleConfig(centring_weight=1.0, **SMALL))
+    centred = torch.zeros(1, 2, 4, 8, 8)
+    centred[:, :, 3, 3:5, 3:5] = 1.0  # opacity on the 2×2 centre pixels of both glimpses
+    shifted = centred.roll(2, dims=-1)  # the same blobs two pixels to the right
+    opaque = torch.ones(1, 2)
+    assert enc.centring_loss(centred, opaque) == 0
+    # two pixels of an 8-px glimpse is half a half-side: (0.5)² for each particle
+    assert enc.centring_loss(shifted, opaque).item() == pytest.approx(0.25)
+    assert enc.centring_loss(shifted, torch.tensor([[1.0, 0.0]])).item() == pytest.approx(0.125)
+    torch.manual_seed(0)
+    out = enc(torch.rand(2, 2, 3, 32, 32))
+    assert out.losses["centring"] > 0  # a fresh decoder draws off-centre a little
 
 
 def test_locality_loss_prefers_the_particle_centred_on_a_pixel():

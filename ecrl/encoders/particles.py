@@ -154,6 +154,11 @@ class ParticleConfig:
     colour_detail: float = 0.5
     """With ``particle_colour``: bound (in logits) of the per-channel detail added to the shaded colour
     (anti-aliased edges, highlights)."""
+    centring_weight: float = 0.0
+    """Weight of the centring loss (:meth:`ParticleEncoder.centring_loss`): a particle pays for drawing
+    off its keypoint, so that the keypoint is the centre of what it draws (0: off). Without it a
+    glimpse may draw its object anywhere inside it, and the keypoint is a pixel or two off the
+    object's centre, which the position probe then has to undo from the visual latent."""
     crop_zoom: float = 1.0
     """Magnification of the crops the particles are encoded from: a crop spans ``glimpse / crop_zoom``
     image pixels around its keypoint, resampled to ``glimpse`` pixels. Above 1 a particle sees mostly
@@ -175,7 +180,14 @@ class ParticleConfig:
             )
         if not self.crop_zoom >= 1:
             raise ValueError(f"crop_zoom must be >= 1, got {self.crop_zoom}")
-        for name in ("beta_kl", "beta_glimpse", "foreground_weight", "locality_weight", "colour_detail"):
+        for name in (
+            "beta_kl",
+            "beta_glimpse",
+            "foreground_weight",
+            "locality_weight",
+            "colour_detail",
+            "centring_weight",
+        ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.prior_sigma > 0:
@@ -530,13 +542,16 @@ class ParticleEncoder(EntityEncoder):
         kl = (kl_keypoints + kl_attributes + kl_features).mean()
         recon_loss = self.reconstruction_loss(recon, flat, background)
         locality = self.locality_loss(alpha, mu) if self.locality else recon_loss.new_zeros(())
+        centring = self.centring_loss(glimpses, post["transparency"])
         losses = {
             "loss": recon_loss
             + self.glimpse_weight * glimpse_loss
             + self.locality * locality
+            + c.centring_weight * centring
             + c.beta_kl * kl / flat[0].numel(),
             "recon": recon_loss,
             "locality": locality,
+            "centring": centring,
             "glimpse": glimpse_loss,
             "kl": kl,
             "kl_keypoints": kl_keypoints.mean(),
@@ -585,6 +600,20 @@ class ParticleEncoder(EntityEncoder):
         distance = dy[..., None] + dx[:, :, None, :]  # (N, K, H, W)
         excess = distance - distance.detach().amin(1, keepdim=True)
         return (alpha * excess).sum(1).mean()
+
+    def centring_loss(self, glimpses: torch.Tensor, transparency: torch.Tensor) -> torch.Tensor:
+        """How far off its centre each glimpse draws: the squared distance of the centre of mass of its
+        opacity from the glimpse's centre (in glimpse half-sides), weighted by the particle's
+        transparency (detached: a faint particle is not pushed to fade further) and averaged.
+
+        ``glimpses (N, K, 4, g, g)``: RGBA glimpses; ``transparency (N, K)``.
+        """
+        opacity = glimpses[:, :, 3]  # (N, K, g, g)
+        line = pixel_centres(opacity.shape[-1], opacity)
+        mass = opacity.sum((-2, -1)).clamp_min(1e-6)
+        cx = (opacity.sum(-2) * line).sum(-1) / mass
+        cy = (opacity.sum(-1) * line).sum(-1) / mass
+        return (transparency.detach() * (cx.square() + cy.square())).mean()
 
     def glimpse_loss(
         self,
