@@ -61,6 +61,23 @@ def test_a_run_writes_everything_and_resumes(frames_path, tmp_path, kind):
     resume_to_six_steps(tiny(frames_path, tmp_path, kind, steps=6), run, train)
 
 
+def test_init_starts_from_a_trained_encoder_and_refuses_another_architecture(frames_path, tmp_path):
+    first = train(tiny(frames_path, tmp_path / "a", "particles", lr=1e-2)).run_dir / "final"
+    trained = load_encoder(first).state_dict()
+    fresh = build_encoder("particles", views=2, image_size=32, **parse_options("particles", TINY["particles"]))
+    assert any(not torch.equal(trained[k], v) for k, v in fresh.state_dict().items())  # training moved the weights
+    options = (*TINY["particles"], "centring_weight=0.5")  # a loss weight may change
+    second = train(tiny(frames_path, tmp_path / "b", "particles", init=first, options=options, lr=1e-9, steps=1))
+    tuned = load_encoder(second.run_dir / "final").state_dict()
+    assert all(torch.allclose(tuned[k], v, atol=1e-6) for k, v in trained.items())  # one step at lr 1e-9
+    assert json.loads((second.run_dir / "config.json").read_text())["init"] == str(first)
+    wider = ("width=16", *TINY["particles"][1:])
+    with pytest.raises(ValueError, match="another architecture"):
+        train(tiny(frames_path, tmp_path / "c", "particles", init=first, options=wider))
+    with pytest.raises(ValueError, match="'particles' encoder; this run trains a 'slot'"):
+        train(tiny(frames_path, tmp_path / "d", "slot", init=first))
+
+
 def test_checkpoint_round_trip_encodes_identically(tmp_path):
     torch.manual_seed(0)
     model = build_encoder("slot", views=2, image_size=32, entities=3, width=8, slot_dim=8).eval()

@@ -12,7 +12,8 @@ and every ``--eval-every`` steps ``eval/fg_ari``, ``eval/fg_ari_<camera>``, ``ev
 ``eval/recon_mse`` on held-out frames, also in ``tb/progress.csv``), ``checkpoints/latest/`` (the
 encoder as ``encoder.safetensors`` + ``encoder.json``, plus ``training.safetensors`` +
 ``training.json``: optimizer, step counter, sampler state), ``final/`` and ``scores.json`` (the
-final held-out scores). ``--resume RUN`` continues a killed run from its last checkpoint.
+final held-out scores). ``--resume RUN`` continues a killed run from its last checkpoint;
+``--init CHECKPOINT`` starts a new run from a trained encoder's weights (fine-tuning).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from ecrl.datasets import DatasetError, DemoDataset
 from ecrl.encoders.base import EntityEncoder
 from ecrl.encoders.data import Frames
 from ecrl.encoders.evaluate import EncoderScores, score_encoder
-from ecrl.encoders.io import build_encoder, encoder_class, save_encoder
+from ecrl.encoders.io import build_encoder, encoder_class, load_encoder, save_encoder
 from ecrl.policy import load_weights
 from ecrl.training import (
     RunOptions,
@@ -56,6 +57,7 @@ __all__ = [
     "decomposition_image",
     "decomposition_picture",
     "parse_options",
+    "start_from",
     "train",
 ]
 
@@ -74,6 +76,9 @@ class EncoderTrainConfig(RunOptions):
     """Slots or particles per camera image (default: the encoder's own default)."""
     width: int | None = None
     """CNN channels (default: the encoder's own default)."""
+    init: Path | None = None
+    """Start from the weights of this encoder checkpoint (fine-tuning) instead of a fresh encoder: its kind and
+    architecture must be this run's; loss weights and schedules (e.g. ``centring_weight``) may differ."""
     options: tuple[str, ...] = ()
     """More encoder options as ``name=value`` (e.g. ``slot_dim=64`` or ``beta_kl=0.1``); see the encoder's config."""
     steps: int = 20_000
@@ -229,6 +234,27 @@ class _Trainer:
         self.step = int(state["step"])
 
 
+def start_from(model: EntityEncoder, path: Path) -> None:
+    """Copy the weights of the encoder checkpoint at ``path`` into ``model`` (``--init``).
+
+    Raises:
+        ValueError: the checkpoint is another kind of encoder or its weights do not fit ``model``.
+    """
+    source = load_encoder(path)
+    if source.kind != model.kind:
+        raise ValueError(f"--init {path} is a {source.kind!r} encoder; this run trains a {model.kind!r} one")
+    theirs, ours = source.state_dict(), model.state_dict()
+    differ = sorted(
+        k for k in theirs.keys() | ours.keys() if k not in theirs or k not in ours or theirs[k].shape != ours[k].shape
+    )
+    if differ:
+        raise ValueError(
+            f"--init {path} has another architecture than this run (weights that differ: {differ[:4]}"
+            f"{' …' if len(differ) > 4 else ''}); use the options it was trained with, except loss weights and schedules"
+        )
+    model.load_state_dict(theirs)
+
+
 def _frames(config: EncoderTrainConfig) -> tuple[Frames, Frames]:
     """Training frames and held-out frames."""
     data = DemoDataset(config.dataset)
@@ -265,6 +291,8 @@ def train(config: EncoderTrainConfig, resume: Path | None = None) -> EncoderTrai
     train_frames, test_frames = _frames(config)
     torch.manual_seed(config.seed)
     model = build_encoder(config.kind, **config.encoder_config(train_frames.views, train_frames.size))
+    if config.init is not None and resume is None:
+        start_from(model, config.init)
     trainer = _Trainer(config, model, device)
     run_dir = Path(resume) if resume is not None else _run_dir(config)
     if resume is not None:
