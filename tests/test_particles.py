@@ -169,6 +169,7 @@ def test_bad_images_raise(images, message):
         ({"foreground_weight": -1.0}, "foreground_weight"),
         ({"colour_detail": -0.5}, "colour_detail"),
         ({"crop_zoom": 0.5}, "crop_zoom"),
+        ({"particle_scale": 1.0}, "particle_scale"),
         ({"centring_weight": -1.0}, "centring_weight"),
         ({"locality_weight": -0.1}, "locality_weight"),
         ({"locality_start": -5}, "locality_start"),
@@ -257,6 +258,16 @@ def test_crop_zoom_narrows_what_a_particle_is_encoded_from(monkeypatch):
     assert seen[1.0].shape == seen[2.0].shape == (enc.config.entities, 3, 8, 8)
     assert seen[1.0].amax() == 1.0  # the frame is in the full crop
     assert seen[2.0].amax() == 0.0  # and not in the zoomed one
+
+
+@pytest.mark.parametrize("particle_scale, extent", [(0.0, 8 / 32), (0.1, 0.1)])
+def test_particle_scale_sets_the_drawn_extent_particles_start_from(particle_scale, extent):
+    torch.manual_seed(0)
+    enc = ParticleEncoder(ParticleConfig(particle_scale=particle_scale, **SMALL))
+    with torch.no_grad():
+        rows, _ = enc.encode(torch.rand(2, 2, 3, 32, 32))
+    assert rows[..., enc.fields()["scale"]].numpy() == pytest.approx(extent, abs=0.005)
+    assert torch.sigmoid(torch.tensor(enc.scale_logit)).item() == pytest.approx(extent, rel=1e-4)  # the prior's mean
 
 
 def test_centring_loss_is_zero_for_a_glimpse_drawn_on_its_centre():

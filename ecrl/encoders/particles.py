@@ -159,6 +159,11 @@ class ParticleConfig:
     off its keypoint, so that the keypoint is the centre of what it draws (0: off). Without it a
     glimpse may draw its object anywhere inside it, and the keypoint is a pixel or two off the
     object's centre, which the position probe then has to undo from the visual latent."""
+    particle_scale: float = 0.0
+    """Prior mean (and initial value) of a particle's drawn extent, as a fraction of the image side
+    (0: a glimpse's share, ``glimpse / image_size``). Smaller, a particle drawn on an object reaches
+    less of the pusher beside it; with ``crop_zoom`` at ``glimpse / (image_size · particle_scale)``
+    it is encoded from the same square of the image it draws into."""
     crop_zoom: float = 1.0
     """Magnification of the crops the particles are encoded from: a crop spans ``glimpse / crop_zoom``
     image pixels around its keypoint, resampled to ``glimpse`` pixels. Above 1 a particle sees mostly
@@ -178,6 +183,8 @@ class ParticleConfig:
             raise ValueError(
                 f"glimpse must be a multiple of 4 in [4, image_size={self.image_size}], got {self.glimpse}"
             )
+        if not 0 <= self.particle_scale < 1:
+            raise ValueError(f"particle_scale must be in [0, 1) (0: a glimpse's share), got {self.particle_scale}")
         if not self.crop_zoom >= 1:
             raise ValueError(f"crop_zoom must be >= 1, got {self.crop_zoom}")
         for name in (
@@ -252,8 +259,9 @@ class ParticleEncoder(EntityEncoder):
         c, w, g, s = config, config.width, config.glimpse, config.image_size
         self.glimpse_share = g / s
         """A glimpse's side as a fraction of the image side: the scale of the crops particles are encoded from."""
-        self.scale_logit = math.log(self.glimpse_share / (1 - self.glimpse_share + 1e-6))
-        """Mean of the prior of the scale logits: a particle as large as a glimpse."""
+        extent = c.particle_scale or self.glimpse_share
+        self.scale_logit = math.log(extent / (1 - extent + 1e-6))
+        """Mean of the prior of the scale logits: a particle as large as a glimpse (or ``particle_scale``)."""
         # Prior: a fixed random convolution (buffers: neither trained nor seen by optimisers).
         gen = torch.Generator().manual_seed(0)
         self.register_buffer("prior_filters", torch.randn(PRIOR_CHANNELS, 3, 3, 3, generator=gen) / 3.0)
