@@ -164,6 +164,12 @@ class ParticleConfig:
     (0: a glimpse's share, ``glimpse / image_size``). Smaller, a particle drawn on an object reaches
     less of the pusher beside it; with ``crop_zoom`` at ``glimpse / (image_size · particle_scale)``
     it is encoded from the same square of the image it draws into."""
+    explain_away: bool = False
+    """Particles are encoded one after the other (in keypoint order), each from the image with what the
+    particles before it draw replaced by the background (their posterior-mean opacity, kept
+    differentiable). The particle next to an object that an earlier particle draws then sees the
+    pusher beside it rather than the object, and an earlier particle that stops drawing the pusher
+    lets a later one draw it (off: all particles are encoded from the image at once)."""
     crop_zoom: float = 1.0
     """Magnification of the crops the particles are encoded from: a crop spans ``glimpse / crop_zoom``
     image pixels around its keypoint, resampled to ``glimpse`` pixels. Above 1 a particle sees mostly
@@ -353,14 +359,18 @@ class ParticleEncoder(EntityEncoder):
         return proposals.gather(1, keep[..., None].expand(-1, -1, 2))
 
     # ------------------------------------------------------------------ posterior
-    def _posterior(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Posterior statistics of ``images: (N, 3, H, W)``; every entry ``(N, K, …)``."""
+    def _posterior(self, images: torch.Tensor, b: int) -> dict[str, torch.Tensor]:
+        """Posterior statistics of ``images: (N, 3, H, W)`` (``N = b V``); every entry ``(N, K, …)``."""
         c, n = self.config, images.shape[0]
         trunk = self.trunk(torch.cat([images, self.coords.expand(n, -1, -1, -1)], 1))
         anchor = self._keypoints(self.heatmaps(trunk), images)  # (N, K, 2)
         share = torch.full_like(anchor, self.glimpse_share / c.crop_zoom)
-        crops = self._crop(images, anchor.detach(), share).flatten(0, 1)  # (N K, 3, g, g)
-        stats = rearrange(self.glimpse_encoder(crops), "(n k) d -> n k d", n=n)
+        pooled = trunk.mean((-2, -1))
+        if c.explain_away:
+            stats = self._explain_away(images, anchor.detach(), share, self._background(pooled, b, False)[0])
+        else:
+            crops = self._crop(images, anchor.detach(), share).flatten(0, 1)  # (N K, 3, g, g)
+            stats = rearrange(self.glimpse_encoder(crops), "(n k) d -> n k d", n=n)
         offset, offset_logvar, scale, scale_logvar, depth, depth_logvar, transparency, features, features_logvar = (
             stats.split([2, 2, 2, 2, 1, 1, 1, c.feature_dim, c.feature_dim], -1)
         )
@@ -376,8 +386,32 @@ class ParticleEncoder(EntityEncoder):
             "transparency": torch.sigmoid(transparency.squeeze(-1)),
             "features": features,
             "features_logvar": clamp(features_logvar),
-            "pooled": trunk.mean((-2, -1)),
+            "pooled": pooled,
         }
+
+    def _explain_away(
+        self, images: torch.Tensor, anchor: torch.Tensor, share: torch.Tensor, background: torch.Tensor
+    ) -> torch.Tensor:
+        """Glimpse-encoder outputs ``(N, K, 11 + 2 F)`` of the particles one after the other (``explain_away``).
+
+        Particle ``k`` is encoded from ``images (N, 3, H, W)`` where the opacity of particles
+        ``0 … k-1`` (posterior means: offset, scale, transparency and visual latent) shows the
+        ``background`` instead, around its coarse keypoint ``anchor[:, k]`` with crop extent ``share[:, k]``.
+        """
+        f = self.config.feature_dim
+        h, w = images.shape[-2:]
+        scope = torch.ones_like(images[:, :1])  # (N, 1, H, W): how much of each pixel is still unexplained
+        stats = []
+        for k in range(anchor.shape[1]):
+            seen = scope * images + (1 - scope) * background
+            out = self.glimpse_encoder(self._crop(seen, anchor[:, k : k + 1], share[:, k : k + 1])[:, 0])  # (N, D)
+            stats.append(out)
+            mu = (anchor[:, k : k + 1] + self.glimpse_share * torch.tanh(out[:, None, :2])).clamp(-1.0, 1.0)
+            opacity = self.glimpses(out[:, None, -2 * f : -f])[:, :, 3:]  # (N, 1, 1, g, g)
+            grid = self._placement(mu, torch.sigmoid(out[:, None, 4:6]), h, w)
+            placed = F.grid_sample(opacity.flatten(0, 1), grid, align_corners=False)  # (N, 1, H, W)
+            scope = scope * (1 - placed.clamp_max(1 - 1e-6) * torch.sigmoid(out[:, 10, None, None, None]))
+        return torch.stack(stats, 1)
 
     def _keypoints(self, logits: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
         """Coarse keypoints ``(N, K, 2)`` from heatmap ``logits (N, K, h, w)``, one after the other.
@@ -443,7 +477,7 @@ class ParticleEncoder(EntityEncoder):
         c = self.config
         check_images(images, c.views, c.image_size)
         b = images.shape[0]
-        post = self._posterior(images.flatten(0, 1))
+        post = self._posterior(images.flatten(0, 1), b)
         entities = self.attach_views(self._rows(post, b))
         return entities, self.all_present(entities)
 
@@ -462,6 +496,19 @@ class ParticleEncoder(EntityEncoder):
             rgb = colour + out[:, 4:] + self.config.colour_detail * torch.tanh(out[:, :3])
             out = torch.cat([rgb, out[:, 3:4]], 1)
         return torch.sigmoid(out).unflatten(0, features.shape[:2])
+
+    @staticmethod
+    def _placement(mu: torch.Tensor, scale: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        """``(N K, H, W, 2)`` sampling grid placing glimpses at ``mu`` with extent ``scale`` (both ``(N, K, 2)``).
+
+        The inverse of the crop's affine map, glimpse coordinates ``u = (p - mu) / scale`` at every
+        pixel ``p``, built per axis (x depends on the column only, y on the row) instead of by affine_grid.
+        """
+        xs, ys = pixel_centres(w, mu), pixel_centres(h, mu)
+        u = (xs - mu[..., :1]) / scale[..., :1]  # (N, K, W)
+        v = (ys - mu[..., 1:]) / scale[..., 1:]  # (N, K, H)
+        grid = torch.stack([u[:, :, None, :].expand(-1, -1, h, -1), v[..., None].expand(-1, -1, -1, w)], -1)
+        return grid.flatten(0, 1)
 
     def render(
         self,
@@ -486,13 +533,7 @@ class ParticleEncoder(EntityEncoder):
         """
         n, k = mu.shape[:2]
         h, w = background.shape[-2:]
-        # The inverse of the crop's affine map, glimpse coordinates u = (p - mu) / scale at every pixel
-        # p, built per axis (x depends on the column only, y on the row) instead of by affine_grid.
-        xs, ys = pixel_centres(w, mu), pixel_centres(h, mu)
-        u = (xs - mu[..., :1]) / scale[..., :1]  # (N, K, W)
-        v = (ys - mu[..., 1:]) / scale[..., 1:]  # (N, K, H)
-        grid = torch.stack([u[:, :, None, :].expand(-1, -1, h, -1), v[..., None].expand(-1, -1, -1, w)], -1)
-        grid = grid.flatten(0, 1)
+        grid = self._placement(mu, scale, h, w)
         rgb, opacity = glimpses.flatten(0, 1).split([3, 1], dim=1)
         # Colour is extended past the glimpse's edge and opacity is zero there, so that the edge
         # fades in opacity only (sampling both with zero padding would darken it as well).
@@ -528,7 +569,7 @@ class ParticleEncoder(EntityEncoder):
         check_images(images, c.views, c.image_size)
         b, v = images.shape[:2]
         flat = images.flatten(0, 1)
-        post = self._posterior(flat)
+        post = self._posterior(flat, b)
         stochastic = self.training
         mu = _sample(post["mu"], post["mu_logvar"], stochastic)
         scale = torch.sigmoid(_sample(post["scale"], post["scale_logvar"], stochastic))
