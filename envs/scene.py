@@ -179,3 +179,34 @@ def cluster(centre: np.ndarray, n: int, spacing: float) -> np.ndarray:
 def cluster_extent(n: int, spacing: float) -> float:
     """Half width of :func:`cluster`'s grid for ``n`` points, from centre to the outermost point."""
     return (int(np.ceil(np.sqrt(n))) - 1) / 2 * spacing
+
+
+@functools.lru_cache(maxsize=len(CAMERAS))
+def _camera_pose(camera: str) -> tuple[np.ndarray, np.ndarray, float]:
+    """World position ``(3,)``, orientation ``(3, 3)`` (columns: the camera's x right, y up, z back) and
+    vertical field of view (degrees) of a named camera; cameras are fixed, so any scene has the same."""
+    if camera not in _CAMERAS:
+        raise ValueError(f"unknown camera {camera!r}; the scenes have {CAMERAS}")
+    model = _compiled(1, 0.6)
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    i = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+    return data.cam_xpos[i].copy(), data.cam_xmat[i].reshape(3, 3).copy(), float(model.cam_fovy[i])
+
+
+def project(points: np.ndarray, camera: str) -> np.ndarray:
+    """Image-plane coordinates ``(..., 2)`` of world ``points (..., 3)`` (metres) seen by ``camera``.
+
+    ``x`` to the right and ``y`` down, both in ``[-1, 1]`` across a square image (pixel ``j`` of ``P``
+    has its centre at ``(2 j + 1) / P - 1``), the convention of the encoders' keypoints. Points
+    outside the view fall outside ``[-1, 1]``; points behind the camera come out as NaN.
+    """
+    points = np.asarray(points, dtype=np.float64)
+    if points.shape[-1:] != (3,):
+        raise ValueError(f"points: expected shape (..., 3), got {points.shape}")
+    position, axes, fovy = _camera_pose(camera)
+    local = (points - position) @ axes  # camera frame: x right, y up, z back (MuJoCo's convention)
+    ahead = -local[..., 2]
+    ahead = np.where(ahead > 1e-9, ahead, np.nan)
+    focal = 1.0 / np.tan(np.radians(fovy) / 2)
+    return np.stack([focal * local[..., 0] / ahead, -focal * local[..., 1] / ahead], -1)

@@ -25,6 +25,7 @@ import os
 # Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+import math  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -148,6 +149,9 @@ def measure(args: EncodersArgs) -> dict[str, Any]:
                 "probe_fit_objects": scores.position.fit_objects,
                 "per_n": {str(n): v for n, v in scores.per_n.items()},
                 **scores.contact,
+                "fg_ari_objects": scores.fg_ari_objects,
+                "agent_px": scores.agent_px,
+                "agent_particle": model.uses_agent,
             }
         rows.append(row)
     return {"threads": args.threads, "image_size": size, "cameras": list(cameras), "trained": trained, "encoders": rows}
@@ -211,10 +215,11 @@ def tables(result: dict[str, Any]) -> str:
     ]
     if result["trained"]:
         header += ["FG-ARI", *[f"FG-ARI {c}" for c in result["cameras"]], "FG-ARI touching / apart (share touching)"]
-        header += ["position cm (mean / median)", "recon MSE"]
+        header += ["FG-ARI objects only", "agent keypoint px", "position cm (mean / median)", "recon MSE"]
         for line, r in zip(body, rows, strict=True):
             line += [f"{r['fg_ari']:.3f}", *[f"{r[f'fg_ari_{c}']:.3f}" for c in result["cameras"]]]
             line += [f"{r['fg_ari_touching']:.3f} / {r['fg_ari_apart']:.3f} ({r['touching_share']:.0%})"]
+            line += [f"{r['fg_ari_objects']:.3f}", "–" if math.isnan(r["agent_px"]) else f"{r['agent_px']:.2f}"]
             line += [f"{r['position_cm']:.2f} / {r['position_median_cm']:.2f}", f"{r['recon_mse']:.5f}"]
     parts = [markdown_table(header, body)]
     if result["trained"]:

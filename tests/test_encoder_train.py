@@ -61,6 +61,29 @@ def test_a_run_writes_everything_and_resumes(frames_path, tmp_path, kind):
     resume_to_six_steps(tiny(frames_path, tmp_path, kind, steps=6), run, train)
 
 
+def test_agent_points_are_the_pushers_place_in_each_view(frames_path):
+    frames = Frames(frames_path)
+    assert frames.agent_points.shape == (len(frames), 2, 2) and frames.agent_points.dtype == np.float32
+    misses = []
+    for i in range(0, len(frames), 5):
+        for v in range(frames.views):
+            ys, xs = np.nonzero(frames.segmentation[i, v] == 1)
+            if len(xs):
+                centre = (np.array([xs.mean(), ys.mean()]) + 0.5) / 16 - 1
+                misses.append(np.linalg.norm(frames.agent_points[i, v] - centre) * 16)
+    assert len(misses) > 10 and np.median(misses) < 0.5, misses  # pixels at 32 px
+    assert frames.agent_batch(np.array([0, 2])).shape == (2, 2, 2)
+
+
+def test_a_run_with_an_agent_particle_scores_its_keypoint(frames_path, tmp_path):
+    options = (*TINY["particles"], "agent_weight=1")
+    run = train(tiny(frames_path, tmp_path, "particles", options=options)).run_dir
+    scores = json.loads((run / "scores.json").read_text())
+    assert 0 <= scores["agent_px"] < 32
+    assert "eval/agent_px" in (run / "tb" / "progress.csv").read_text().splitlines()[0]
+    assert load_encoder(run / "final").uses_agent
+
+
 def test_init_starts_from_a_trained_encoder_and_refuses_another_architecture(frames_path, tmp_path):
     first = train(tiny(frames_path, tmp_path / "a", "particles", lr=1e-2)).run_dir / "final"
     trained = load_encoder(first).state_dict()

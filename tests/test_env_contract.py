@@ -9,7 +9,7 @@ from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 from ecrl.envs import ENTITY_FIELDS, REGISTERED_IDS, PushEnv
-from ecrl.envs.scene import CAMERAS
+from ecrl.envs.scene import CAMERAS, project
 
 _E = ENTITY_FIELDS
 
@@ -108,14 +108,28 @@ def test_render_views_gives_one_distinct_image_per_camera(make, env_id):
 
 def _project(env, camera: str, xyz: np.ndarray, size: int) -> np.ndarray:
     """``(K, 2)`` (row, col) pixels of world points ``xyz: (K, 3)`` in a square image of ``camera``."""
-    u = env.unwrapped
-    cam = u.model.camera(camera).id
-    # Camera frame: x right, y up, looking along -z.
-    local = (xyz - u.data.cam_xpos[cam]) @ u.data.cam_xmat[cam].reshape(3, 3)
-    focal = size / 2 / np.tan(np.deg2rad(u.model.cam_fovy[cam]) / 2)
-    col = size / 2 + focal * local[:, 0] / -local[:, 2]
-    row = size / 2 - focal * local[:, 1] / -local[:, 2]
-    return np.floor(np.stack([row, col], axis=1)).astype(int)
+    x, y = ((project(xyz, camera) + 1) / 2 * size).T
+    return np.floor(np.stack([y, x], axis=1)).astype(int)
+
+
+@pytest.mark.parametrize("camera", CAMERAS)
+def test_projection_puts_every_entity_on_its_segmentation(make, camera):
+    """``scene.project`` of each entity's centre lands on the centre of its label, in every camera."""
+    env = make("ecrl/Push3-v0", width=64, height=64)
+    misses = []
+    for seed in range(4):
+        obs, _ = env.reset(seed=seed)
+        labels = env.unwrapped.render_segmentation(camera)
+        for row in range(4):
+            ys, xs = np.nonzero(labels == row + 1)
+            if len(xs) > 4:  # in view, not hidden behind another entity
+                centre = (np.array([xs.mean(), ys.mean()]) + 0.5) / 32 - 1
+                misses.append(np.linalg.norm(project(obs["observation"][row, _E["position"]], camera) - centre) * 32)
+    assert len(misses) >= 8 and np.median(misses) < 0.5 and max(misses) < 1.5, misses
+    with pytest.raises(ValueError, match="points: expected shape"):
+        project(np.zeros((2, 2)), camera)
+    with pytest.raises(ValueError, match="unknown camera"):
+        project(np.zeros(3), "side")
 
 
 @pytest.mark.parametrize("env_id", REGISTERED_IDS)

@@ -175,6 +175,7 @@ def test_bad_images_raise(images, message):
         ({"locality_start": -5}, "locality_start"),
         ({"glimpse_fade_start": 500, "glimpse_fade_end": 100}, "glimpse_fade"),
         ({"glimpse_fade_end": -1}, "glimpse_fade"),
+        ({"agent_weight": -1.0}, "agent_weight"),
     ],
 )
 def test_bad_config_raises(change, message):
@@ -337,6 +338,52 @@ def test_close_keypoints_are_not_suppressed_by_a_narrow_bump():
         found[px] = torch.cdist(keypoints, centres).amin(0)  # each dot's distance to its nearest keypoint
     assert found[1.5].max() < 2.0
     assert found[8.0].max() > 2.0
+
+
+def test_agent_particle_reads_its_own_heatmap_and_the_others_keep_off_it():
+    """With ``agent_weight`` keypoint 0 follows its learned heatmap alone (no saliency), and the next
+    keypoint is suppressed around it; without it, keypoint 0 goes to the salient dot."""
+    image = torch.zeros(1, 3, 64, 64)
+    image[0, :, 30:33, 10:13] = 1.0  # a bright dot at pixel (11, 31)
+    logits = torch.zeros(1, 2, 16, 16)
+    logits[0, 0, 3, 12] = 5.0  # the agent heatmap peaks on cell (x 12, y 3)
+    to_px = lambda kp: (kp + 1) * 32 - 0.5  # noqa: E731
+    plain = to_px(ParticleEncoder(ParticleConfig(entities=2))._keypoints(logits, image)[0])
+    agent = to_px(ParticleEncoder(ParticleConfig(entities=2, agent_weight=1.0))._keypoints(logits, image)[0])
+    assert torch.dist(plain[0], torch.tensor([11.0, 31.0])) < 3  # the saliency wins without the option (a 4 px cell)
+    assert torch.dist(agent[0], torch.tensor([12 * 4 + 1.5, 3 * 4 + 1.5])) < 1.0  # the heatmap's cell centre
+    assert torch.dist(agent[1], torch.tensor([11.0, 31.0])) < 3  # the dot goes to the next particle
+
+
+def test_agent_loss_measures_the_agent_particle_and_skips_views_without_the_pusher():
+    keypoint = torch.tensor([[0.1, 0.2], [0.0, 0.0], [0.5, 0.5]])
+    target = torch.tensor([[0.1, 0.2], [0.3, -0.4], [1.5, 0.0]])  # exact, off by 0.5, out of view
+    loss = ParticleEncoder.agent_loss(keypoint, target)
+    assert loss.item() == pytest.approx(0.25 / 2)  # the out-of-view image counts for nothing
+    assert ParticleEncoder.agent_loss(keypoint[2:], target[2:]).item() == 0
+    assert ParticleEncoder.agent_loss(keypoint[:1], torch.full((1, 2), float("nan"))).item() == 0
+
+
+def test_agent_loss_trains_the_agent_keypoint_and_bad_targets_raise(frames):
+    torch.manual_seed(0)
+    enc = ParticleEncoder(ParticleConfig(entities=3, agent_weight=1.0, **SMALL))
+    target = torch.tensor([0.5, -0.5]).expand(frames.shape[0], 2, 2)
+    opt = torch.optim.Adam(enc.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(60):
+        out = enc(frames, agent=target)
+        losses.append(out.losses["agent"].item())
+        opt.zero_grad()
+        out.losses["loss"].backward()
+        opt.step()
+    assert losses[-1] < 0.1 * losses[0], (losses[0], losses[-1])
+    enc.eval()
+    with torch.no_grad():
+        keypoints = enc(frames).positions[:, :, 0]  # no targets at evaluation: images only
+    assert (keypoints - target).norm(dim=-1).max() < 0.15
+    assert enc(frames).losses["agent"].item() == 0
+    with pytest.raises(ValueError, match="agent: expected a tensor of shape"):
+        enc(frames, agent=target[:, :1])
 
 
 def test_prior_is_fixed():

@@ -124,6 +124,12 @@ class EntityEncoder(nn.Module):
         views = self.view_embedding[None, :, None, :].expand(b, v, k, -1)
         return torch.cat([features, views.to(features.dtype)], dim=-1).flatten(1, 2)
 
+    @property
+    def uses_agent(self) -> bool:
+        """Whether :meth:`forward` takes the pusher's image positions (``agent=(B, V, 2)``) as a training
+        signal; encoding never does. False unless the encoder has an agent particle."""
+        return False
+
     @staticmethod
     def all_present(entities: torch.Tensor) -> torch.Tensor:
         """``(B, E)`` all-True mask of ``entities (B, E, D)``: for encoders whose every entity is present."""

@@ -10,6 +10,7 @@ import torch
 from ecrl.datasets import DatasetError, DemoDataset
 from ecrl.encoders.base import frames_to_images
 from ecrl.envs.layout import ENTITY_FIELDS
+from ecrl.envs.scene import project
 
 __all__ = ["Frames"]
 
@@ -27,6 +28,10 @@ class Frames:
         segmentation: ``(M, V, P, P)`` uint8 labels (0 background, 1 agent, ``i + 2`` object ``i``).
         positions: ``(M, n_max, 2)`` table ``(x, y)`` of each object, metres.
         n_objects: ``(M,)`` objects in each frame.
+        agent_points: ``(M, V, 2)`` float32 image-plane ``(x, y)`` in ``[-1, 1]`` (x right, y down) of the
+            agent (the pusher's centre) in each view, projected from its recorded position with the
+            camera's calibration: what a robot knows of its own end effector, without looking. Outside
+            ``[-1, 1]`` where it has left the view.
         cameras: the camera of each view.
     """
 
@@ -40,6 +45,8 @@ class Frames:
         self.images, self.segmentation = data.pixels[rows], data.segmentation[rows]
         self.positions = data.observation[rows, 1:, ENTITY_FIELDS["position"]][..., :2]
         self.n_objects = data.n_objects[per_state[rows]]
+        agent = data.observation[rows, 0, ENTITY_FIELDS["position"]]
+        self.agent_points = np.stack([project(agent, c) for c in self.cameras], 1).astype(np.float32)
 
     def __len__(self) -> int:
         return len(self.images)
@@ -51,3 +58,7 @@ class Frames:
     def batch(self, index: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
         """``(B, V, 3, P, P)`` float images in ``[0, 1]`` of frames ``index``."""
         return frames_to_images(torch.as_tensor(self.images[index]).to(device))
+
+    def agent_batch(self, index: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
+        """``(B, V, 2)`` :attr:`agent_points` of frames ``index``."""
+        return torch.as_tensor(self.agent_points[index]).to(device)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -32,11 +33,19 @@ class EncoderScores:
     """FG-ARI of the camera images in which two foreground labels touch (``fg_ari_touching``) and of the
     others (``fg_ari_apart``), and the share of images that touch (``touching_share``); see
     :func:`~ecrl.encoders.metrics.touching`."""
+    fg_ari_objects: float = math.nan
+    """FG-ARI with the agent's pixels left out (counted as background): how well the objects alone are
+    told apart, whatever becomes of the pusher."""
+    agent_px: float = math.nan
+    """With an agent particle (``uses_agent``): mean distance in pixels of its keypoint, found from the
+    image, from the pusher's projected position, over views where the pusher is in sight (else NaN)."""
 
     def scalars(self) -> dict[str, float]:
         out = {"fg_ari": self.fg_ari, "recon_mse": self.recon_mse, "position_cm": self.position.mean_cm}
         out |= {f"fg_ari_{camera}": v for camera, v in self.fg_ari_per_camera.items()}
         out["position_median_cm"] = self.position.median_cm
+        if not math.isnan(self.agent_px):
+            out["agent_px"] = self.agent_px
         return out
 
     def to_json(self) -> dict:
@@ -50,12 +59,13 @@ def run_encoder(
     """Forward ``frames[index]`` in eval mode: ``entities``, ``alpha`` and ``recon_se`` (squared error per frame)."""
     was_training = model.training
     model.eval()
-    out: dict[str, list[np.ndarray]] = {"entities": [], "alpha": [], "recon_se": []}
+    out: dict[str, list[np.ndarray]] = {"entities": [], "alpha": [], "recon_se": [], "positions": []}
     for first in range(0, len(index), batch_size):
         images = frames.batch(index[first : first + batch_size], device)
         result = model(images)
         out["entities"].append(result.entities.float().cpu().numpy())
         out["alpha"].append(result.alpha.float().cpu().numpy())
+        out["positions"].append(result.positions.float().cpu().numpy())
         out["recon_se"].append((result.recon - images).square().mean((1, 2, 3, 4)).cpu().numpy())
     model.train(was_training)
     return {k: np.concatenate(v) for k, v in out.items()}
@@ -87,8 +97,16 @@ def score_encoder(
     probe = PositionProbe(steps=probe_steps, seed=seed).fit(x_fit, y_fit)
     seg = test.segmentation[test_idx]
     ari = np.stack([fg_ari(seg[:, v], run["alpha"][:, v]) for v in range(views)], 1)  # (M, V)
+    objects = np.where(seg == 1, 0, seg)  # label 1 is the agent
+    ari_objects = np.stack([fg_ari(objects[:, v], run["alpha"][:, v]) for v in range(views)], 1)
     touch = touching(seg.reshape(-1, *seg.shape[2:])).reshape(seg.shape[:2])  # (M, V)
     n_frame = test.n_objects[test_idx]
+    agent_px = math.nan
+    if model.uses_agent:
+        target = test.agent_points[test_idx]  # (M, V, 2)
+        seen = (np.abs(target) <= 1).all(-1)
+        miss = np.linalg.norm(run["positions"][:, :, 0] - target, axis=-1) * test.size / 2
+        agent_px = float(miss[seen].mean()) if seen.any() else math.nan
     errors, n_object = probe.errors_cm(x_test, y_test), n_frame[which_test[:, 0]]
     per_n = {
         int(n): {
@@ -110,4 +128,6 @@ def score_encoder(
             "fg_ari_apart": float(np.nanmean(ari[~touch])) if (~touch).any() else float("nan"),
             "touching_share": float(touch.mean()),
         },
+        fg_ari_objects=float(np.nanmean(ari_objects)),
+        agent_px=agent_px,
     )

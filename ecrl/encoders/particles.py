@@ -88,6 +88,9 @@ CANVAS_GAIN = 8.0
 """The canvas logits are ``CANVAS_GAIN × parameter``, so that Adam's steps move them as fast as weights."""
 LOCALITY_RAMP = 500
 """Steps over which the locality loss ramps in from ``locality_start``."""
+AGENT_GAIN = 10.0
+"""With ``agent_weight``: the agent particle's heatmap logits are scaled by this, so that the learned
+heatmap can peak sharply on the pusher without the saliency that the other heatmaps add."""
 _LOGVAR_RANGE = (-12.0, 6.0)
 
 
@@ -170,6 +173,15 @@ class ParticleConfig:
     differentiable). The particle next to an object that an earlier particle draws then sees the
     pusher beside it rather than the object, and an earlier particle that stops drawing the pusher
     lets a later one draw it (off: all particles are encoded from the image at once)."""
+    agent_weight: float = 0.0
+    """Weight of the agent loss (0: off). Above 0, particle 0 of every view is the agent's: its keypoint is
+    read from its own heatmap alone (no saliency added, logits × ``AGENT_GAIN``), and in training
+    ``agent_weight`` times its squared distance (in ``[-1, 1]`` image units) to the pusher's image
+    position is added to the loss. That position is projected from the pusher's recorded position with
+    the camera's calibration (:attr:`~ecrl.encoders.data.Frames.agent_points`): proprioception a robot
+    has for free. It is a training signal only; encoding reads images alone. The other particles'
+    keypoints are then suppressed around the pusher (they come after it), so that the particle on an
+    object next to the pusher is not also the pusher's, the merge that holds FG-ARI down where things touch."""
     crop_zoom: float = 1.0
     """Magnification of the crops the particles are encoded from: a crop spans ``glimpse / crop_zoom``
     image pixels around its keypoint, resampled to ``glimpse`` pixels. Above 1 a particle sees mostly
@@ -200,6 +212,7 @@ class ParticleConfig:
             "locality_weight",
             "colour_detail",
             "centring_weight",
+            "agent_weight",
         ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -330,6 +343,11 @@ class ParticleEncoder(EntityEncoder):
         ramp = _ramp(step, c.locality_start, c.locality_start + LOCALITY_RAMP) if c.locality_start else 1.0
         self.locality = c.locality_weight * ramp
 
+    @property
+    def uses_agent(self) -> bool:
+        """Whether training should pass the pusher's image positions (``forward(images, agent=…)``)."""
+        return self.config.agent_weight > 0
+
     def fields(self) -> dict[str, slice]:
         """Columns of an entity row: :data:`PARTICLE_FIELDS`, then ``features`` and ``view`` (embedding)."""
         f = self.config.feature_dim
@@ -432,7 +450,10 @@ class ParticleEncoder(EntityEncoder):
         taken = torch.zeros_like(saliency[:, 0])  # (N, h, w)
         keypoints = []
         for k in range(logits.shape[1]):
-            mean, _ = spatial_softmax(logits[:, k : k + 1] + saliency - taken[:, None])
+            if k == 0 and self.uses_agent:  # the agent's heatmap: learned, from the agent loss
+                mean, _ = spatial_softmax(AGENT_GAIN * logits[:, :1])
+            else:
+                mean, _ = spatial_softmax(logits[:, k : k + 1] + saliency - taken[:, None])
             keypoints.append(mean)
             centre = mean.detach()[:, 0]  # (N, 2)
             bump = torch.exp(
@@ -558,16 +579,24 @@ class ParticleEncoder(EntityEncoder):
         canvas = (CANVAS_GAIN * self.canvas).repeat(b, 1, 1, 1)  # view-major within each sample
         return torch.sigmoid(canvas + logits), _gaussian_kl(mean, logvar, 0.0, 0.0).sum(-1)
 
-    def forward(self, images: torch.Tensor) -> EncoderOutput:
+    def forward(self, images: torch.Tensor, agent: torch.Tensor | None = None) -> EncoderOutput:
         """Encode, decode and score ``images: (B, V, 3, H, W)`` (samples latents in training mode).
+
+        ``agent``: ``(B, V, 2)`` image positions of the pusher (:attr:`~ecrl.encoders.data.Frames.agent_points`),
+        used only by the agent loss (``agent_weight``); views where it is outside ``[-1, 1]`` are skipped.
 
         ``losses``: ``loss`` (the total), ``recon`` (MSE), ``glimpse`` (:meth:`glimpse_loss`),
         ``kl`` (nats per image, the sum of ``kl_keypoints`` (Chamfer-KL), ``kl_features`` and
-        ``kl_attributes`` (scale, depth and background latent)).
+        ``kl_attributes`` (scale, depth and background latent)), ``agent`` (:meth:`agent_loss`, 0 without ``agent``).
         """
         c = self.config
         check_images(images, c.views, c.image_size)
         b, v = images.shape[:2]
+        if agent is not None and (not isinstance(agent, torch.Tensor) or tuple(agent.shape) != (b, v, 2)):
+            raise ValueError(
+                f"agent: expected a tensor of shape ({b}, {v}, 2) (the pusher's image x, y per view), "
+                f"got {tuple(agent.shape) if isinstance(agent, torch.Tensor) else type(agent).__name__}"
+            )
         flat = images.flatten(0, 1)
         post = self._posterior(flat, b)
         stochastic = self.training
@@ -592,15 +621,21 @@ class ParticleEncoder(EntityEncoder):
         recon_loss = self.reconstruction_loss(recon, flat, background)
         locality = self.locality_loss(alpha, mu) if self.locality else recon_loss.new_zeros(())
         centring = self.centring_loss(glimpses, post["transparency"])
+        if agent is not None and self.uses_agent:
+            agent_loss = self.agent_loss(post["mu"][:, 0], agent.flatten(0, 1))
+        else:
+            agent_loss = recon_loss.new_zeros(())
         losses = {
             "loss": recon_loss
             + self.glimpse_weight * glimpse_loss
+            + c.agent_weight * agent_loss
             + self.locality * locality
             + c.centring_weight * centring
             + c.beta_kl * kl / flat[0].numel(),
             "recon": recon_loss,
             "locality": locality,
             "centring": centring,
+            "agent": agent_loss,
             "glimpse": glimpse_loss,
             "kl": kl,
             "kl_keypoints": kl_keypoints.mean(),
@@ -649,6 +684,14 @@ class ParticleEncoder(EntityEncoder):
         distance = dy[..., None] + dx[:, :, None, :]  # (N, K, H, W)
         excess = distance - distance.detach().amin(1, keepdim=True)
         return (alpha * excess).sum(1).mean()
+
+    @staticmethod
+    def agent_loss(keypoint: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Mean squared distance of the agent particle's ``keypoint (N, 2)`` from the pusher's image position
+        ``target (N, 2)`` (both in ``[-1, 1]``), over the images whose target is inside the view."""
+        inside = (target.abs() <= 1).all(-1)  # NaN (behind the camera) compares False
+        error = (keypoint - torch.where(inside[:, None], target, keypoint.detach())).square().sum(-1)
+        return error.sum() / inside.sum().clamp_min(1)
 
     def centring_loss(self, glimpses: torch.Tensor, transparency: torch.Tensor) -> torch.Tensor:
         """How far off its centre each glimpse draws: the squared distance of the centre of mass of its

@@ -334,8 +334,9 @@ def train(config: EncoderTrainConfig, resume: Path | None = None) -> EncoderTrai
         for group in trainer.optimizer.param_groups:
             group["lr"] = config.lr * warmup_cosine(trainer.step, config.warmup, config.steps)
         model.schedule(trainer.step)
-        images = train_frames.batch(trainer.rng.integers(len(train_frames), size=config.batch_size), device)
-        out = model(images)
+        index = trainer.rng.integers(len(train_frames), size=config.batch_size)
+        images = train_frames.batch(index, device)
+        out = model(images, agent=train_frames.agent_batch(index, device)) if model.uses_agent else model(images)
         trainer.optimizer.zero_grad(set_to_none=True)
         out.losses["loss"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
