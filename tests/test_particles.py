@@ -346,7 +346,7 @@ def test_agent_particle_reads_its_own_heatmap_and_the_others_keep_off_it():
     image = torch.zeros(1, 3, 64, 64)
     image[0, :, 30:33, 10:13] = 1.0  # a bright dot at pixel (11, 31)
     logits = torch.zeros(1, 2, 16, 16)
-    logits[0, 0, 3, 12] = 5.0  # the agent heatmap peaks on cell (x 12, y 3)
+    logits[0, 0, 3, 12] = 30.0  # the agent heatmap peaks on cell (x 12, y 3)
     to_px = lambda kp: (kp + 1) * 32 - 0.5  # noqa: E731
     plain = to_px(ParticleEncoder(ParticleConfig(entities=2))._keypoints(logits, image)[0])
     agent = to_px(ParticleEncoder(ParticleConfig(entities=2, agent_weight=1.0))._keypoints(logits, image)[0])
@@ -356,12 +356,18 @@ def test_agent_particle_reads_its_own_heatmap_and_the_others_keep_off_it():
 
 
 def test_agent_loss_measures_the_agent_particle_and_skips_views_without_the_pusher():
-    keypoint = torch.tensor([[0.1, 0.2], [0.0, 0.0], [0.5, 0.5]])
-    target = torch.tensor([[0.1, 0.2], [0.3, -0.4], [1.5, 0.0]])  # exact, off by 0.5, out of view
-    loss = ParticleEncoder.agent_loss(keypoint, target)
-    assert loss.item() == pytest.approx(0.25 / 2)  # the out-of-view image counts for nothing
-    assert ParticleEncoder.agent_loss(keypoint[2:], target[2:]).item() == 0
-    assert ParticleEncoder.agent_loss(keypoint[:1], torch.full((1, 2), float("nan"))).item() == 0
+    target = torch.tensor([[-0.25, 0.5], [0.25, -0.5], [1.5, 0.0]])  # cell centres of an 8 × 8 map, out of view
+    peaked = torch.full((3, 8, 8), -30.0)
+    peaked[0, 6, 2] = peaked[1, 2, 5] = 0.0  # the heatmaps peak on the targets' cells
+    loss = lambda logits, keypoint, rows=slice(None): ParticleEncoder.agent_loss(  # noqa: E731
+        logits[rows], keypoint[rows], target[rows]
+    ).item()
+    exact = loss(peaked, target)
+    assert loss(peaked.flip(-1), target) > exact + 5  # the heatmaps peak on the wrong cells
+    assert loss(peaked, target + torch.tensor([0.25, 0.0])) == pytest.approx(exact + 1, abs=1e-4)  # a cell off
+    assert loss(peaked, target, slice(2, 3)) == 0  # the out-of-view image counts for nothing
+    behind = torch.full((1, 2), float("nan"))  # a point behind the camera projects to NaN
+    assert ParticleEncoder.agent_loss(peaked[:1], target[:1], behind).item() == 0
 
 
 def test_agent_loss_trains_the_agent_keypoint_and_bad_targets_raise(frames):

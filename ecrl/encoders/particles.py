@@ -88,9 +88,9 @@ CANVAS_GAIN = 8.0
 """The canvas logits are ``CANVAS_GAIN × parameter``, so that Adam's steps move them as fast as weights."""
 LOCALITY_RAMP = 500
 """Steps over which the locality loss ramps in from ``locality_start``."""
-AGENT_GAIN = 10.0
-"""With ``agent_weight``: the agent particle's heatmap logits are scaled by this, so that the learned
-heatmap can peak sharply on the pusher without the saliency that the other heatmaps add."""
+AGENT_SIGMA = 0.5
+"""With ``agent_weight``: std, in heatmap cells, of the Gaussian around the pusher's image position that
+the agent heatmap's softmax is fitted to."""
 _LOGVAR_RANGE = (-12.0, 6.0)
 
 
@@ -175,10 +175,10 @@ class ParticleConfig:
     lets a later one draw it (off: all particles are encoded from the image at once)."""
     agent_weight: float = 0.0
     """Weight of the agent loss (0: off). Above 0, particle 0 of every view is the agent's: its keypoint is
-    read from its own heatmap alone (no saliency added, logits × ``AGENT_GAIN``), and in training
-    ``agent_weight`` times its squared distance (in ``[-1, 1]`` image units) to the pusher's image
-    position is added to the loss. That position is projected from the pusher's recorded position with
-    the camera's calibration (:attr:`~ecrl.encoders.data.Frames.agent_points`): proprioception a robot
+    read from its own heatmap alone (no saliency added), and in training ``agent_weight`` times
+    :meth:`ParticleEncoder.agent_loss` is added to the loss: the heatmap's softmax is fitted to a
+    Gaussian on the pusher's image position and the keypoint pulled to it. That position is projected
+    from the pusher's recorded position with the camera's calibration (:attr:`~ecrl.encoders.data.Frames.agent_points`): proprioception a robot
     has for free. It is a training signal only; encoding reads images alone. The other particles'
     keypoints are then suppressed around the pusher (they come after it), so that the particle on an
     object next to the pusher is not also the pusher's, the merge that holds FG-ARI down where things touch."""
@@ -381,7 +381,8 @@ class ParticleEncoder(EntityEncoder):
         """Posterior statistics of ``images: (N, 3, H, W)`` (``N = b V``); every entry ``(N, K, …)``."""
         c, n = self.config, images.shape[0]
         trunk = self.trunk(torch.cat([images, self.coords.expand(n, -1, -1, -1)], 1))
-        anchor = self._keypoints(self.heatmaps(trunk), images)  # (N, K, 2)
+        logits = self.heatmaps(trunk)
+        anchor = self._keypoints(logits, images)  # (N, K, 2)
         share = torch.full_like(anchor, self.glimpse_share / c.crop_zoom)
         pooled = trunk.mean((-2, -1))
         if c.explain_away:
@@ -405,6 +406,7 @@ class ParticleEncoder(EntityEncoder):
             "features": features,
             "features_logvar": clamp(features_logvar),
             "pooled": pooled,
+            "agent_logits": logits[:, 0],
         }
 
     def _explain_away(
@@ -451,7 +453,7 @@ class ParticleEncoder(EntityEncoder):
         keypoints = []
         for k in range(logits.shape[1]):
             if k == 0 and self.uses_agent:  # the agent's heatmap: learned, from the agent loss
-                mean, _ = spatial_softmax(AGENT_GAIN * logits[:, :1])
+                mean, _ = spatial_softmax(logits[:, :1])
             else:
                 mean, _ = spatial_softmax(logits[:, k : k + 1] + saliency - taken[:, None])
             keypoints.append(mean)
@@ -622,7 +624,7 @@ class ParticleEncoder(EntityEncoder):
         locality = self.locality_loss(alpha, mu) if self.locality else recon_loss.new_zeros(())
         centring = self.centring_loss(glimpses, post["transparency"])
         if agent is not None and self.uses_agent:
-            agent_loss = self.agent_loss(post["mu"][:, 0], agent.flatten(0, 1))
+            agent_loss = self.agent_loss(post["agent_logits"], post["mu"][:, 0], agent.flatten(0, 1))
         else:
             agent_loss = recon_loss.new_zeros(())
         losses = {
@@ -686,12 +688,26 @@ class ParticleEncoder(EntityEncoder):
         return (alpha * excess).sum(1).mean()
 
     @staticmethod
-    def agent_loss(keypoint: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """Mean squared distance of the agent particle's ``keypoint (N, 2)`` from the pusher's image position
-        ``target (N, 2)`` (both in ``[-1, 1]``), over the images whose target is inside the view."""
+    def agent_loss(logits: torch.Tensor, keypoint: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """How far the agent particle is from the pusher, averaged over the images where it is in view.
+
+        Per image: the KL from a Gaussian (std ``AGENT_SIGMA`` cells) on the pusher's image position
+        ``target (N, 2)`` to the softmax of the agent heatmap ``logits (N, h, w)``, plus the squared
+        distance in heatmap cells of the agent's ``keypoint (N, 2)`` from ``target`` (both in ``[-1, 1]``).
+        The KL has a gradient wherever the heatmap peaks (a spatial-softmax mean alone has almost
+        none once it peaks on the wrong thing); the distance refines the keypoint within its cell.
+        """
+        h, w = logits.shape[-2:]
         inside = (target.abs() <= 1).all(-1)  # NaN (behind the camera) compares False
-        error = (keypoint - torch.where(inside[:, None], target, keypoint.detach())).square().sum(-1)
-        return error.sum() / inside.sum().clamp_min(1)
+        target = torch.where(inside[:, None], target, torch.zeros_like(target))
+        cell = torch.tensor([2 / w, 2 / h], dtype=target.dtype, device=target.device)
+        xs, ys = pixel_centres(w, logits), pixel_centres(h, logits)
+        gx = -0.5 * ((xs - target[:, :1]) / (AGENT_SIGMA * cell[0])).square()  # (N, w)
+        gy = -0.5 * ((ys - target[:, 1:]) / (AGENT_SIGMA * cell[1])).square()  # (N, h)
+        wanted = (gy[:, :, None] + gx[:, None, :]).flatten(1).softmax(-1)
+        kl = (torch.special.xlogy(wanted, wanted) - wanted * logits.flatten(1).log_softmax(-1)).sum(-1)
+        distance = ((keypoint - target) / cell).square().sum(-1)
+        return ((kl + distance) * inside).sum() / inside.sum().clamp_min(1)
 
     def centring_loss(self, glimpses: torch.Tensor, transparency: torch.Tensor) -> torch.Tensor:
         """How far off its centre each glimpse draws: the squared distance of the centre of mass of its
