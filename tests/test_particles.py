@@ -355,19 +355,15 @@ def test_agent_particle_reads_its_own_heatmap_and_the_others_keep_off_it():
     assert torch.dist(agent[1], torch.tensor([11.0, 31.0])) < 3  # the dot goes to the next particle
 
 
-def test_agent_loss_measures_the_agent_particle_and_skips_views_without_the_pusher():
+def test_agent_loss_measures_the_agent_heatmap_and_skips_views_without_the_pusher():
     target = torch.tensor([[-0.25, 0.5], [0.25, -0.5], [1.5, 0.0]])  # cell centres of an 8 × 8 map, out of view
-    peaked = torch.full((3, 8, 8), -30.0)
-    peaked[0, 6, 2] = peaked[1, 2, 5] = 0.0  # the heatmaps peak on the targets' cells
-    loss = lambda logits, keypoint, rows=slice(None): ParticleEncoder.agent_loss(  # noqa: E731
-        logits[rows], keypoint[rows], target[rows]
-    ).item()
-    exact = loss(peaked, target)
-    assert loss(peaked.flip(-1), target) > exact + 5  # the heatmaps peak on the wrong cells
-    assert loss(peaked, target + torch.tensor([0.25, 0.0])) == pytest.approx(exact + 1, abs=1e-4)  # a cell off
-    assert loss(peaked, target, slice(2, 3)) == 0  # the out-of-view image counts for nothing
+    peaked = torch.full((3, 8, 8), -3.0)
+    peaked[0, 6, 2] = peaked[1, 2, 5] = 3.0  # the heatmaps peak on the targets' cells
+    loss = lambda logits, rows=slice(None): ParticleEncoder.agent_loss(logits[rows], target[rows]).item()  # noqa: E731
+    assert 0 < loss(peaked) < loss(peaked.roll(1, -1)) < loss(peaked.flip(-1))  # right, one cell off, far off
+    assert loss(peaked, slice(2, 3)) == 0  # the out-of-view image counts for nothing
     behind = torch.full((1, 2), float("nan"))  # a point behind the camera projects to NaN
-    assert ParticleEncoder.agent_loss(peaked[:1], target[:1], behind).item() == 0
+    assert ParticleEncoder.agent_loss(peaked[:1], behind).item() == 0
 
 
 def test_agent_loss_trains_the_agent_keypoint_and_bad_targets_raise(frames):
@@ -386,7 +382,7 @@ def test_agent_loss_trains_the_agent_keypoint_and_bad_targets_raise(frames):
     enc.eval()
     with torch.no_grad():
         keypoints = enc(frames).positions[:, :, 0]  # no targets at evaluation: images only
-    assert (keypoints - target).norm(dim=-1).max() < 0.15
+    assert (keypoints - target).norm(dim=-1).max() < 0.3  # from the image centre, 0.71 away
     assert enc(frames).losses["agent"].item() == 0
     with pytest.raises(ValueError, match="agent: expected a tensor of shape"):
         enc(frames, agent=target[:, :1])

@@ -177,7 +177,7 @@ class ParticleConfig:
     """Weight of the agent loss (0: off). Above 0, particle 0 of every view is the agent's: its keypoint is
     read from its own heatmap alone (no saliency added), and in training ``agent_weight`` times
     :meth:`ParticleEncoder.agent_loss` is added to the loss: the heatmap's softmax is fitted to a
-    Gaussian on the pusher's image position and the keypoint pulled to it. That position is projected
+    Gaussian on the pusher's image position. That position is projected
     from the pusher's recorded position with the camera's calibration (:attr:`~ecrl.encoders.data.Frames.agent_points`): proprioception a robot
     has for free. It is a training signal only; encoding reads images alone. The other particles'
     keypoints are then suppressed around the pusher (they come after it), so that the particle on an
@@ -624,7 +624,7 @@ class ParticleEncoder(EntityEncoder):
         locality = self.locality_loss(alpha, mu) if self.locality else recon_loss.new_zeros(())
         centring = self.centring_loss(glimpses, post["transparency"])
         if agent is not None and self.uses_agent:
-            agent_loss = self.agent_loss(post["agent_logits"], post["mu"][:, 0], agent.flatten(0, 1))
+            agent_loss = self.agent_loss(post["agent_logits"], agent.flatten(0, 1))
         else:
             agent_loss = recon_loss.new_zeros(())
         losses = {
@@ -688,26 +688,24 @@ class ParticleEncoder(EntityEncoder):
         return (alpha * excess).sum(1).mean()
 
     @staticmethod
-    def agent_loss(logits: torch.Tensor, keypoint: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """How far the agent particle is from the pusher, averaged over the images where it is in view.
+    def agent_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """How far the agent heatmap is from the pusher, averaged over the images where it is in view.
 
         Per image: the KL from a Gaussian (std ``AGENT_SIGMA`` cells) on the pusher's image position
-        ``target (N, 2)`` to the softmax of the agent heatmap ``logits (N, h, w)``, plus the squared
-        distance in heatmap cells of the agent's ``keypoint (N, 2)`` from ``target`` (both in ``[-1, 1]``).
-        The KL has a gradient wherever the heatmap peaks (a spatial-softmax mean alone has almost
-        none once it peaks on the wrong thing); the distance refines the keypoint within its cell.
+        ``target (N, 2)`` (in ``[-1, 1]``) to the softmax of the agent heatmap ``logits (N, h, w)``, whose
+        mean is the agent particle's coarse keypoint. The KL has a gradient wherever the heatmap peaks;
+        a loss on the keypoint (the softmax's mean) has almost none once the heatmap peaks on the wrong
+        thing, and did not learn. The glimpse's offset is left to the reconstruction.
         """
         h, w = logits.shape[-2:]
         inside = (target.abs() <= 1).all(-1)  # NaN (behind the camera) compares False
         target = torch.where(inside[:, None], target, torch.zeros_like(target))
-        cell = torch.tensor([2 / w, 2 / h], dtype=target.dtype, device=target.device)
         xs, ys = pixel_centres(w, logits), pixel_centres(h, logits)
-        gx = -0.5 * ((xs - target[:, :1]) / (AGENT_SIGMA * cell[0])).square()  # (N, w)
-        gy = -0.5 * ((ys - target[:, 1:]) / (AGENT_SIGMA * cell[1])).square()  # (N, h)
+        gx = -0.5 * ((xs - target[:, :1]) / (AGENT_SIGMA * 2 / w)).square()  # (N, w)
+        gy = -0.5 * ((ys - target[:, 1:]) / (AGENT_SIGMA * 2 / h)).square()  # (N, h)
         wanted = (gy[:, :, None] + gx[:, None, :]).flatten(1).softmax(-1)
         kl = (torch.special.xlogy(wanted, wanted) - wanted * logits.flatten(1).log_softmax(-1)).sum(-1)
-        distance = ((keypoint - target) / cell).square().sum(-1)
-        return ((kl + distance) * inside).sum() / inside.sum().clamp_min(1)
+        return (kl * inside).sum() / inside.sum().clamp_min(1)
 
     def centring_loss(self, glimpses: torch.Tensor, transparency: torch.Tensor) -> torch.Tensor:
         """How far off its centre each glimpse draws: the squared distance of the centre of mass of its
