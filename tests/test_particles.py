@@ -353,6 +353,10 @@ def test_agent_particle_reads_its_own_heatmap_and_the_others_keep_off_it():
     assert torch.dist(plain[0], torch.tensor([11.0, 31.0])) < 3  # the saliency wins without the option (a 4 px cell)
     assert torch.dist(agent[0], torch.tensor([12 * 4 + 1.5, 3 * 4 + 1.5])) < 1.0  # the heatmap's cell centre
     assert torch.dist(agent[1], torch.tensor([11.0, 31.0])) < 3  # the dot goes to the next particle
+    spread = torch.zeros(1, 2, 16, 16)
+    spread[0, 0, 3, 12], spread[0, 0, 12, 3] = 4.0, 3.0  # a peak, and mass elsewhere that a plain mean would follow
+    agent = to_px(ParticleEncoder(ParticleConfig(entities=2, agent_weight=1.0))._keypoints(spread, image)[0])
+    assert torch.dist(agent[0], torch.tensor([12 * 4 + 1.5, 3 * 4 + 1.5])) < 2.0
 
 
 def test_agent_loss_measures_the_agent_heatmap_and_skips_views_without_the_pusher():

@@ -175,7 +175,8 @@ class ParticleConfig:
     lets a later one draw it (off: all particles are encoded from the image at once)."""
     agent_weight: float = 0.0
     """Weight of the agent loss (0: off). Above 0, particle 0 of every view is the agent's: its keypoint is
-    read from its own heatmap alone (no saliency added), and in training ``agent_weight`` times
+    read from its own heatmap alone (no saliency added; the softmax mean within 3 × 3 cells of its
+    peak), and in training ``agent_weight`` times
     :meth:`ParticleEncoder.agent_loss` is added to the loss: the heatmap's softmax is fitted to a
     Gaussian on the pusher's image position. That position is projected
     from the pusher's recorded position with the camera's calibration (:attr:`~ecrl.encoders.data.Frames.agent_points`): proprioception a robot
@@ -453,7 +454,7 @@ class ParticleEncoder(EntityEncoder):
         keypoints = []
         for k in range(logits.shape[1]):
             if k == 0 and self.uses_agent:  # the agent's heatmap: learned, from the agent loss
-                mean, _ = spatial_softmax(logits[:, :1])
+                mean = _peak_mean(logits[:, 0])[:, None]
             else:
                 mean, _ = spatial_softmax(logits[:, k : k + 1] + saliency - taken[:, None])
             keypoints.append(mean)
@@ -751,6 +752,20 @@ class ParticleEncoder(EntityEncoder):
         prior_logvar = 2 * math.log(self.config.prior_sigma)
         kl = _gaussian_kl(mu[:, :, None], logvar[:, :, None], prior[:, None], prior_logvar).sum(-1)  # (N, K, L)
         return kl.amin(2).sum(1) + kl.amin(1).sum(1)
+
+
+def _peak_mean(logits: torch.Tensor) -> torch.Tensor:
+    """``(N, 2)`` spatial-softmax mean of ``logits (N, h, w)`` within the 3 × 3 cells around each map's peak.
+
+    Unlike the mean over the whole map, it is not dragged towards the centre by the mass a heatmap
+    still spreads elsewhere while it learns; it is differentiable in the logits of the window.
+    """
+    n, h, w = logits.shape
+    peak = logits.flatten(1).argmax(1)
+    rows = torch.arange(h, device=logits.device)[None, :, None] - (peak // w)[:, None, None]
+    cols = torch.arange(w, device=logits.device)[None, None, :] - (peak % w)[:, None, None]
+    window = (rows.abs() <= 1) & (cols.abs() <= 1)
+    return spatial_softmax(logits.masked_fill(~window, -torch.inf)[:, None])[0][:, 0]
 
 
 def _ramp(step: int, start: int, end: int) -> float:
