@@ -176,7 +176,6 @@ def test_bad_images_raise(images, message):
         ({"glimpse_fade_start": 500, "glimpse_fade_end": 100}, "glimpse_fade"),
         ({"glimpse_fade_end": -1}, "glimpse_fade"),
         ({"agent_weight": -1.0}, "agent_weight"),
-        ({"agent_cover": -1.0}, "agent_cover"),
     ],
 )
 def test_bad_config_raises(change, message):
@@ -369,18 +368,6 @@ def test_agent_loss_measures_the_agent_heatmap_and_skips_views_without_the_pushe
     assert loss(peaked, slice(2, 3)) == 0  # the out-of-view image counts for nothing
     behind = torch.full((1, 2), float("nan"))  # a point behind the camera projects to NaN
     assert ParticleEncoder.agent_loss(peaked[:1], behind).item() == 0
-
-
-def test_cover_loss_is_what_the_agent_particle_leaves_of_the_pusher():
-    target = torch.tensor([[0.0, 0.0], [0.0, 0.0], [2.0, 0.0]])  # the image centre twice, then out of view
-    alpha = torch.zeros(3, 32, 32)
-    alpha[0, 12:20, 12:20] = 1.0  # draws the pusher's centre
-    alpha[1, :, :4] = 1.0  # draws elsewhere
-    cover = ParticleEncoder.cover_loss
-    assert cover(alpha[:1], target[:1]).item() < 1e-3  # only the Gaussian's tail beyond 3.5 px is left
-    assert cover(alpha[1:2], target[1:2]).item() == pytest.approx(1.0)
-    assert cover(alpha, target).item() == pytest.approx(0.5, abs=1e-3)  # the out-of-view image is skipped
-    assert cover(0.5 * alpha[:1], target[:1]).item() == pytest.approx(0.5, abs=1e-3)
 
 
 def test_agent_loss_trains_the_agent_keypoint_and_bad_targets_raise(frames):

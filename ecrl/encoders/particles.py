@@ -37,15 +37,6 @@ VAE whose latent is that set of particles:
   nearest prior one and each prior one to its nearest posterior), and Gaussian KLs of scale, depth,
   visual latents and the background latent to their priors.
 
-- **Agent particle** (``agent_weight > 0``, off by default). Particle 0 of every view is the pusher's:
-  its coarse keypoint is read from its own heatmap (no saliency, the mean near the heatmap's peak),
-  which training fits to a Gaussian on the pusher's image position. That position is the pusher's
-  recorded (proprioceptive) position projected with the camera's calibration
-  (:func:`ecrl.envs.scene.project`), so the signal costs no labelling; encoding still reads images
-  alone. The other keypoints come after it and are suppressed around it, so the particle of an
-  object that touches the pusher is no longer also the pusher's: the merge that holds a plain
-  particle encoder's FG-ARI near 0.78 where things touch.
-
 Entity rows (before the view embedding): ``mu`` (2), scale (2), depth (1), transparency (1), visual
 latent mean (``feature_dim``): see :meth:`ParticleEncoder.fields`. Every particle is reported present (mask
 all True); a particle that explains nothing says so with its transparency, which is in the row.
@@ -97,9 +88,6 @@ CANVAS_GAIN = 8.0
 """The canvas logits are ``CANVAS_GAIN × parameter``, so that Adam's steps move them as fast as weights."""
 LOCALITY_RAMP = 500
 """Steps over which the locality loss ramps in from ``locality_start``."""
-AGENT_COVER_PX = 1.0
-"""Std in pixels of the Gaussian at the pusher's image position that :meth:`ParticleEncoder.cover_loss` weighs
-pixels by: inside the pusher in every camera (its image is about 3 px across from above)."""
 AGENT_SIGMA = 0.5
 """With ``agent_weight``: std, in heatmap cells, of the Gaussian around the pusher's image position that
 the agent heatmap's softmax is fitted to."""
@@ -195,12 +183,6 @@ class ParticleConfig:
     has for free. It is a training signal only; encoding reads images alone. The other particles'
     keypoints are then suppressed around the pusher (they come after it), so that the particle on an
     object next to the pusher is not also the pusher's, the merge that holds FG-ARI down where things touch."""
-    agent_cover: float = 0.0
-    """With ``agent_weight``: weight of the cover loss (:meth:`ParticleEncoder.cover_loss`, 0: off): the share
-    of the pixels at the pusher's image position (a Gaussian of ``AGENT_COVER_PX``) that the agent
-    particle does not draw. Keypoints alone leave the pusher to whichever particle draws it; this
-    gives the pusher to the agent particle and so takes it from the particle of the object it touches.
-    Like the agent loss, a training signal only."""
     crop_zoom: float = 1.0
     """Magnification of the crops the particles are encoded from: a crop spans ``glimpse / crop_zoom``
     image pixels around its keypoint, resampled to ``glimpse`` pixels. Above 1 a particle sees mostly
@@ -232,7 +214,6 @@ class ParticleConfig:
             "colour_detail",
             "centring_weight",
             "agent_weight",
-            "agent_cover",
         ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -645,14 +626,12 @@ class ParticleEncoder(EntityEncoder):
         centring = self.centring_loss(glimpses, post["transparency"])
         if agent is not None and self.uses_agent:
             agent_loss = self.agent_loss(post["agent_logits"], agent.flatten(0, 1))
-            cover = self.cover_loss(alpha[:, 0], agent.flatten(0, 1)) if c.agent_cover else agent_loss.new_zeros(())
         else:
-            agent_loss = cover = recon_loss.new_zeros(())
+            agent_loss = recon_loss.new_zeros(())
         losses = {
             "loss": recon_loss
             + self.glimpse_weight * glimpse_loss
             + c.agent_weight * agent_loss
-            + c.agent_cover * cover
             + self.locality * locality
             + c.centring_weight * centring
             + c.beta_kl * kl / flat[0].numel(),
@@ -660,7 +639,6 @@ class ParticleEncoder(EntityEncoder):
             "locality": locality,
             "centring": centring,
             "agent": agent_loss,
-            "agent_cover": cover,
             "glimpse": glimpse_loss,
             "kl": kl,
             "kl_keypoints": kl_keypoints.mean(),
@@ -729,24 +707,6 @@ class ParticleEncoder(EntityEncoder):
         wanted = (gy[:, :, None] + gx[:, None, :]).flatten(1).softmax(-1)
         kl = (torch.special.xlogy(wanted, wanted) - wanted * logits.flatten(1).log_softmax(-1)).sum(-1)
         return (kl * inside).sum() / inside.sum().clamp_min(1)
-
-    @staticmethod
-    def cover_loss(alpha: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """The share of the pusher's centre that the agent particle leaves to others, averaged over the
-        images where the pusher is in view.
-
-        ``alpha (N, H, W)``: the agent particle's share of each pixel; ``target (N, 2)``: the pusher's image
-        position in ``[-1, 1]``. Pixels are weighted by a Gaussian of ``AGENT_COVER_PX`` pixels around it.
-        """
-        h, w = alpha.shape[-2:]
-        inside = (target.abs() <= 1).all(-1)
-        target = torch.where(inside[:, None], target, torch.zeros_like(target))
-        xs, ys = pixel_centres(w, alpha), pixel_centres(h, alpha)
-        gx = ((xs - target[:, :1]) * w / 2 / AGENT_COVER_PX).square()  # (N, W), in units of the std
-        gy = ((ys - target[:, 1:]) * h / 2 / AGENT_COVER_PX).square()  # (N, H)
-        weight = torch.exp(-0.5 * (gy[:, :, None] + gx[:, None, :]))
-        left = (weight * (1 - alpha)).sum((-2, -1)) / weight.sum((-2, -1))
-        return (left * inside).sum() / inside.sum().clamp_min(1)
 
     def centring_loss(self, glimpses: torch.Tensor, transparency: torch.Tensor) -> torch.Tensor:
         """How far off its centre each glimpse draws: the squared distance of the centre of mass of its
