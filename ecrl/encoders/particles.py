@@ -769,7 +769,7 @@ def _peak_mean(logits: torch.Tensor) -> torch.Tensor:
     Unlike the mean over the whole map, it is not dragged towards the centre by the mass a heatmap
     still spreads elsewhere while it learns; it is differentiable in the logits of the window.
     """
-    n, h, w = logits.shape
+    h, w = logits.shape[-2:]
     peak = logits.flatten(1).argmax(1)
     rows = torch.arange(h, device=logits.device)[None, :, None] - (peak // w)[:, None, None]
     cols = torch.arange(w, device=logits.device)[None, None, :] - (peak % w)[:, None, None]
