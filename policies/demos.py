@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -78,6 +79,21 @@ class Demos:
             episodes=self.episodes,
             successes=self.successes,
         )
+
+    def save(self, path: Path) -> None:
+        """Write every transition to ``path`` (``.npz``, no pickle)."""
+        arrays = {f"obs.{k}": v for k, v in self.obs.items()}
+        arrays.update(actions=self.actions, choices=self.choices, counts=np.array([self.episodes, self.successes]))
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
+
+    @classmethod
+    def load(cls, path: Path) -> Demos:
+        """The demonstrations :meth:`save` wrote to ``path``."""
+        with np.load(path, allow_pickle=False) as data:
+            obs = {k.removeprefix("obs."): data[k] for k in data.files if k.startswith("obs.")}
+            episodes, successes = (int(c) for c in data["counts"])
+            return cls(obs, data["actions"], data["choices"], episodes, successes)
 
     def batch(
         self, idx: np.ndarray, device: torch.device | str

@@ -10,7 +10,11 @@ A run lives in ``runs/<task>__<algo>__<seed>__<time>/``:
   state (``training.safetensors`` with every network and optimizer, ``training.json``,
   ``replay.npz``), all loadable without pickle; ``--resume RUN_DIR`` continues from it;
 - ``final/``: the policy at the end of training; ``imitation/``: the policy after behaviour cloning
-  and DAgger, before any RL update (when those are on); ``eval/``: evaluations.
+  and DAgger, before any RL update (when those are on), with the demonstrations they grew
+  (``demos.npz``); ``eval/``: evaluations.
+
+A checkpoint is also written just before RL starts, so a run killed during RL never repeats its
+demonstrations and imitation: ``--resume`` continues with RL from the imitation weights.
 """
 
 from __future__ import annotations
@@ -40,13 +44,22 @@ import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
 from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
 from ecrl.envs.task import default_horizon
 from ecrl.evaluation import evaluate, log_report
-from ecrl.policies.demos import DemoBCCallback, FreezeActorCallback, collect_demos, dagger, pretrain_actor
+from ecrl.policies.demos import (
+    DemoBCCallback,
+    Demos,
+    FreezeActorCallback,
+    collect_demos,
+    dagger,
+    pretrain_actor,
+)
 from ecrl.policies.export import policy_from_model
 from ecrl.policies.sb3 import ENTITY_POLICIES
 from ecrl.reporting import provenance
 from ecrl.training import RunOptions
 
 ALGOS = {"sac": SAC, "td3": TD3, "tqc": TQC}
+DEMOS_FILE = "demos.npz"
+"""Where, beside the imitation policy, the demonstrations imitation grew are kept for ``--resume``."""
 
 
 @dataclass
@@ -462,9 +475,12 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
 
     callbacks: list[BaseCallback] = [CheckpointCallback(config, run_dir), PeriodicEvalCallback(config)]
     demos = None
-    # On resume the buffer already holds the demos: they are re-collected (same seed, same episodes)
-    # only when the BC term needs them.
-    if config.demos and (resume is None or config.bc_weight > 0):
+    saved_demos = run_dir / "imitation" / DEMOS_FILE
+    # On resume the buffer already holds the demos; the BC term needs them too: the set imitation
+    # grew (saved beside the imitation policy), or else the expert's episodes again (same seeds).
+    if resume is not None and config.bc_weight > 0 and saved_demos.exists():
+        demos = Demos.load(saved_demos)
+    elif config.demos and (resume is None or config.bc_weight > 0):
         demos = collect_demos(
             partial(_make_env, config),
             config.demos,
@@ -472,6 +488,7 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
             replay_buffer=None if resume else model.replay_buffer,
             progress=config.progress,
         )
+    if demos is not None:
         result.demo_success = demos.successes / demos.episodes
         if config.bc_weight > 0:
             callbacks.append(
@@ -500,11 +517,15 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
             model.actor_target.load_state_dict(model.actor.state_dict())
         # The policy as imitation left it, before any RL update, for comparison with final/.
         policy_from_model(model, policy_meta(config, model)).save(run_dir / "imitation")
+        demos.save(saved_demos)
         if config.eval_every:  # what imitation alone achieved, before any RL update (logged at step 0)
             run_periodic_eval(model, config, model.logger)
             model.logger.dump(0)
+    if resume is None:
+        # Nothing done so far is lost if the run dies once RL has started: --resume starts from here.
+        save_checkpoint(model, config, run_dir, config.save_replay)
     # learning_starts counts env steps; the demos already fill the buffer.
-    if demos is not None and resume is None:
+    if config.demos:
         model.learning_starts = 0
 
     remaining = config.steps - model.num_timesteps

@@ -97,6 +97,46 @@ def test_demonstrations_seed_the_buffer_and_pretrain(tmp_path):
         assert len(replay["actions"]) == 2 * 150 + 50  # two expert episodes, then 50 RL steps
 
 
+def test_a_run_that_dies_when_rl_starts_resumes_after_imitation(tmp_path, monkeypatch):
+    import ecrl.policies.train as train_module
+
+    class DiesInRL(train_module.TD3):
+        def learn(self, *args, **kwargs):
+            raise RuntimeError("killed at the start of RL")
+
+    config = tiny(tmp_path, steps=40, demos=2, bc_steps=5, dagger_iterations=1, dagger_episodes=1, dagger_steps=5)
+    config.bc_weight, config.actor_warmup = 1.0, 20
+    monkeypatch.setitem(train_module.ALGOS, "td3", DiesInRL)
+    with pytest.raises(RuntimeError, match="killed"):
+        train(config)
+    run = tmp_path / "run"
+    latest = run / "checkpoints" / "latest"
+    assert json.loads((latest / "training.json").read_text())["num_timesteps"] == 0
+    grown = train_module.Demos.load(run / "imitation" / train_module.DEMOS_FILE)
+    expert_only = train_module.collect_demos(lambda: train_module._make_env(config), 2, seed=2_000_000, progress=False)
+    assert grown.episodes == 2 and len(grown) > len(expert_only)  # plus the DAgger round's labels
+
+    # Resumed, imitation is not run again: RL starts from the imitation weights and the grown demos.
+    monkeypatch.setitem(train_module.ALGOS, "td3", train_module.TD3)
+    monkeypatch.setattr(train_module, "pretrain_actor", lambda *a, **k: pytest.fail("imitation ran again"))
+    monkeypatch.setattr(train_module, "collect_demos", lambda *a, **k: pytest.fail("demos collected again"))
+    imitation = load_file(str(latest / "training.safetensors"))
+    seen = {}
+    real_load = train_module.load_checkpoint
+
+    def spy(model, ckpt):
+        real_load(model, ckpt)
+        seen["actor"] = {k: v.clone() for k, v in model.actor.state_dict().items()}
+        seen["buffer"] = model.replay_buffer.pos
+
+    monkeypatch.setattr(train_module, "load_checkpoint", spy)
+    resumed = train(config, resume=run)
+    assert resumed.env_steps == 40
+    for k, v in seen["actor"].items():
+        torch.testing.assert_close(v, imitation[f"policy.actor.{k}"])
+    assert seen["buffer"] == 2 * 150  # the expert's episodes, restored from replay.npz
+
+
 @pytest.mark.parametrize(
     "kw, match",
     [
