@@ -20,20 +20,20 @@ Goal rows (:data:`ecrl.entities.GOAL_FIELDS`) enter whole, with positions × 4 a
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange
-from safetensors.torch import save_file
 from torch import nn
 
+from ecrl import checkpoint
 from ecrl.attention import AttentionBlock, MultiHeadAttention, mlp
+from ecrl.checkpoint import CheckpointFormat, config_from, register_builder
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
-from ecrl.policy import CheckpointError, load_weights, read_config
 
 __all__ = [
     "DYNAMIC_DIM",
@@ -329,6 +329,11 @@ class EntityDenoiser(nn.Module):
     keys; padded entities' outputs are zero.
     """
 
+    @classmethod
+    def from_fields(cls, **fields: Any) -> EntityDenoiser:
+        """A denoiser whose config has ``fields`` (others default): the registered builder ``entity_denoiser``."""
+        return cls(config_from(DenoiserConfig, fields, "denoisers"))
+
     def __init__(self, config: DenoiserConfig | None = None) -> None:
         super().__init__()
         self.config = config = config or DenoiserConfig()
@@ -447,22 +452,26 @@ class EntityDenoiser(nn.Module):
         return out_states * mask[:, None, :, None], out_actions
 
 
-FORMAT, VERSION = "ecrl.denoiser", 1
-WEIGHTS, CONFIG = "denoiser.safetensors", "denoiser.json"
+register_builder("entity_denoiser")(EntityDenoiser.from_fields)
+
+
+def _v1(config: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 stored the config's fields as ``config`` (its builder was implied)."""
+    return {**config, "builder": "entity_denoiser", "kwargs": config.get("config")}
+
+
+DENOISER = CheckpointFormat("ecrl.denoiser", 2, "denoiser", "an ecrl denoiser", legacy={1: _v1})
+"""Denoiser checkpoints: ``denoiser.json`` + ``denoiser.safetensors``."""
+WEIGHTS, CONFIG = DENOISER.weights, DENOISER.config
 
 
 def save_denoiser(model: EntityDenoiser, path: str | Path) -> Path:
-    """Write ``denoiser.safetensors`` + ``denoiser.json`` (format, version, config) into directory ``path``."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(path / WEIGHTS))
-    config = {"format": FORMAT, "version": VERSION, "config": asdict(model.config)}
-    (path / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
-    return path
+    """Write ``denoiser.safetensors`` + ``denoiser.json`` into directory ``path``; returns it."""
+    return checkpoint.save(path, model, DENOISER, "entity_denoiser", asdict(model.config))
 
 
 def load_denoiser(path: str | Path, device: str | torch.device = "cpu") -> EntityDenoiser:
-    """Load a denoiser saved by :func:`save_denoiser` (no pickle involved).
+    """Load a denoiser saved by :func:`save_denoiser` (no pickle involved), in eval mode.
 
     Args:
         path: the checkpoint directory, or one of its two files.
@@ -471,14 +480,7 @@ def load_denoiser(path: str | Path, device: str | torch.device = "cpu") -> Entit
     Raises:
         CheckpointError: (a ``ValueError``) for a missing, corrupt or mismatched checkpoint.
     """
-    root = Path(path)
-    root = root.parent if root.is_file() else root
-    if not (root / CONFIG).is_file() or not (root / WEIGHTS).is_file():
-        raise CheckpointError(f"{path} is not a denoiser checkpoint: expected a directory with {CONFIG} and {WEIGHTS}")
-    meta = read_config(root / CONFIG, FORMAT, VERSION, "a denoiser config")
-    try:
-        model = EntityDenoiser(DenoiserConfig(**meta["config"]))
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"{root / CONFIG} does not describe a denoiser: {e!r}") from e
-    load_weights(model, root / WEIGHTS, root / CONFIG)
-    return model.to(device)
+    model, _ = checkpoint.load(path, DENOISER, device)
+    if not isinstance(model, EntityDenoiser):
+        raise checkpoint.CheckpointError(f"{path} holds a {type(model).__name__}, not a denoiser")
+    return model

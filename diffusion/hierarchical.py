@@ -35,6 +35,7 @@ import torch
 from einops import rearrange
 from torch import nn
 
+from ecrl.checkpoint import register_builder
 from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser
 from ecrl.diffusion.schedule import Plan, sample
 
@@ -111,6 +112,7 @@ def _config(config: DenoiserConfig | Mapping[str, Any]) -> DenoiserConfig:
     return config if isinstance(config, DenoiserConfig) else DenoiserConfig(**config)
 
 
+@register_builder("hierarchical_planner")
 class HierarchicalPlanner(nn.Module):
     """Observation dict ``(B, N, D)`` tensors → action ``(B, A)`` in ``[-1, 1]``: subgoals over dense segments.
 

@@ -29,6 +29,7 @@ from scipy.spatial.distance import cdist
 from torch import nn
 from tqdm.auto import tqdm
 
+from ecrl.checkpoint import register_builder
 from ecrl.datasets import DatasetError, DemoDataset
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.encoders import EntityEncoder, build_encoder, frames_to_images
@@ -110,6 +111,7 @@ class LatentWindows:
         return batch
 
 
+@register_builder("pixel_planner")
 class PixelPlanner(nn.Module):
     """Observation dict with ``pixels (B, V, P, P, 3)`` uint8 → action ``(B, A)``, through a frozen encoder and a planner.
 

@@ -1,7 +1,7 @@
 """Receding-horizon planning with an entity denoiser, behind the library's policy API.
 
 :class:`DiffusionPlanner` is a torch module that ``ecrl.load`` rebuilds from ``policy.json``
-(builder ``ecrl.diffusion.planner:DiffusionPlanner``), so a trained planner is used and evaluated
+(registered builder ``diffusion_planner``), so a trained planner is used and evaluated
 exactly like an RL policy: ``ecrl.load(path).act(obs)`` and ``ecrl-eval``. Every
 ``replan_every`` calls it samples a plan (DDIM, ``sampling_steps`` denoiser calls) from the current
 observation and the goal, then executes the plan's actions one per call. ``reset()`` (called by
@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ecrl.checkpoint import register_builder
 from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser
 from ecrl.diffusion.schedule import sample
 from ecrl.entities import check_focus, focus_rows
@@ -26,6 +27,7 @@ from ecrl.entities import check_focus, focus_rows
 __all__ = ["DiffusionPlanner"]
 
 
+@register_builder("diffusion_planner")
 class DiffusionPlanner(nn.Module):
     """Observation dict ``(B, N, D)`` tensors → action ``(B, A)`` in ``[-1, 1]``, re-planning every ``replan_every`` calls.
 

@@ -257,9 +257,9 @@ def _dataset_task(path: Path) -> dict[str, Any]:
 def planner_policy(planner: DiffusionPlanner | HierarchicalPlanner, meta: dict[str, Any]) -> Policy:
     """``planner`` behind :class:`~ecrl.policy.Policy` (actions are already in ``[-1, 1]``)."""
     if isinstance(planner, HierarchicalPlanner):
-        builder, action_dim = "ecrl.diffusion.hierarchical:HierarchicalPlanner", planner.action_dim
+        builder, action_dim = "hierarchical_planner", planner.action_dim
     else:
-        builder, action_dim = "ecrl.diffusion.planner:DiffusionPlanner", planner.denoiser.config.action_dim
+        builder, action_dim = "diffusion_planner", planner.denoiser.config.action_dim
     ones = np.ones(action_dim, dtype=np.float32)
     return Policy(planner, -ones, ones, meta, builder, planner.kwargs)
 
@@ -402,9 +402,7 @@ class _Trainer:
         module.planner.load_state_dict(planner.state_dict())
         ones = np.ones(planner.denoiser.config.action_dim, dtype=np.float32)
         module = module.to(self.device).eval()
-        return Policy(
-            module, -ones, ones, dict(meta, pixels=frames), "ecrl.diffusion.pixels:PixelPlanner", module.kwargs
-        )
+        return Policy(module, -ones, ones, dict(meta, pixels=frames), "pixel_planner", module.kwargs)
 
     def losses(self, dataset: DemoDataset | LatentWindows) -> dict[str, LossTerms]:
         """One batch's loss terms per denoiser (``""`` flat; ``"high"`` and ``"low"`` hierarchical)."""

@@ -1,13 +1,15 @@
 """The policy API: ``ecrl.load(path).act(obs)`` for any ``ecrl`` env and any number of objects.
 
-A saved policy is a directory with two files, loaded with no pickle:
+A saved policy is a checkpoint of :mod:`ecrl.checkpoint` (loaded with no pickle): a directory with
 
 - ``policy.safetensors``: the weights of the torch module that maps an observation to an action;
-- ``policy.json``: ``{"format": "ecrl.policy", "version": 1, "builder": "<module>:<function>",
-  "kwargs": {...}, "action_low": [...], "action_high": [...], "meta": {...}}``. ``builder`` names
-  the function (inside the ``ecrl`` package) that rebuilds the module from ``kwargs``; that is how
+- ``policy.json``: ``{"format": "ecrl.policy", "version": 2, "builder": "<registered name>",
+  "kwargs": {...}, "action_low": [...], "action_high": [...], "meta": {...}}``. ``builder`` is the
+  name of a registered model builder (``entity_actor``, ``diffusion_planner``, …; see
+  :data:`ecrl.checkpoint.BUILDER_MODULES`) that rebuilds the module from ``kwargs``; that is how
   this core module loads models defined in higher layers (``ecrl.policies``, ``ecrl.diffusion``)
-  without importing them.
+  without importing them. Version 1 named the builder by import path
+  (:data:`ecrl.checkpoint.LEGACY_BUILDERS`); such checkpoints still load.
 
 The module takes an observation dict of float32 tensors ``(B, N, D)`` and returns actions in
 ``[-1, 1]``, which :meth:`Policy.act` rescales to the env's action bounds.
@@ -15,24 +17,25 @@ The module takes an observation dict of float32 tensors ``(B, N, D)`` and return
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-FORMAT, VERSION = "ecrl.policy", 1
-WEIGHTS, CONFIG = "policy.safetensors", "policy.json"
+from ecrl import checkpoint
+from ecrl.checkpoint import CheckpointError, CheckpointFormat, legacy_builder
 
+__all__ = ["CONFIG", "POLICY", "WEIGHTS", "CheckpointError", "Policy", "load"]
 
-class CheckpointError(ValueError):
-    """A path that is not an ``ecrl`` policy checkpoint, or one that does not fit its model."""
+POLICY = CheckpointFormat(
+    "ecrl.policy", 2, "policy", "an ecrl policy", fields=("action_low", "action_high"), legacy={1: legacy_builder}
+)
+"""Policy checkpoints: ``policy.json`` + ``policy.safetensors``."""
+WEIGHTS, CONFIG = POLICY.weights, POLICY.config
 
 
 class Policy:
@@ -42,7 +45,11 @@ class Policy:
         module: maps an observation dict of ``(B, N, D)`` tensors to actions ``(B, A)`` in ``[-1, 1]``.
         action_low, action_high: the env's action bounds that ``[-1, 1]`` is rescaled to.
         meta: free-form description (architecture, algorithm, training task, steps).
-        builder, kwargs: how to rebuild ``module`` (see the module docstring); needed by :meth:`save`.
+        builder, kwargs: how to rebuild ``module``: a registered builder's name and its arguments
+            (see the module docstring); needed by :meth:`save` and :meth:`with_options`.
+
+    Raises:
+        CheckpointError: ``builder`` is not a registered builder's name.
     """
 
     def __init__(
@@ -58,6 +65,8 @@ class Policy:
         self.action_low = np.asarray(action_low, dtype=np.float32)
         self.action_high = np.asarray(action_high, dtype=np.float32)
         self.meta = dict(meta or {})
+        if builder is not None:
+            checkpoint.builder(builder)  # fail here, not when saving
         self.builder, self.kwargs = builder, dict(kwargs or {})
         self.device = next(module.parameters()).device
 
@@ -70,6 +79,9 @@ class Policy:
 
         ``obs`` is an ``ecrl`` env's observation dict (any ``n_max``); entity-centric models read
         ``observation`` and ``desired_goal`` only, planners from pixels ``pixels`` (uint8 frames) too.
+
+        Raises:
+            ValueError: a key is missing, has the wrong shape, or holds NaN or inf.
         """
         if not isinstance(obs, Mapping):
             raise TypeError(f"act takes an observation dict, got {type(obs).__name__}")
@@ -80,10 +92,16 @@ class Policy:
         for key in ("observation", "achieved_goal", "desired_goal"):
             if key not in obs:
                 continue
-            t = torch.as_tensor(np.asarray(obs[key], dtype=np.float32), device=self.device)
-            if t.ndim not in (2, 3):
-                raise ValueError(f"obs[{key!r}]: expected (N, D) or (B, N, D), got shape {tuple(t.shape)}")
-            tensors[key] = t
+            rows = np.asarray(obs[key], dtype=np.float32)
+            if rows.ndim not in (2, 3):
+                raise ValueError(f"obs[{key!r}]: expected (N, D) or (B, N, D), got shape {rows.shape}")
+            bad = ~np.isfinite(rows)
+            if bad.any():  # a model would turn it into NaN actions without a word
+                raise ValueError(
+                    f"obs[{key!r}] holds {int(bad.sum())} NaN or inf value(s) (the first at index "
+                    f"{tuple(int(i) for i in np.argwhere(bad)[0])}); expected finite numbers"
+                )
+            tensors[key] = torch.as_tensor(rows, device=self.device)
         single = tensors["observation"].ndim == 2
         if single != (tensors["desired_goal"].ndim == 2):
             raise ValueError(
@@ -131,7 +149,7 @@ class Policy:
         plain = bool | int | float | str
         defaults = {
             name: p.default
-            for name, p in inspect.signature(_builder(self.builder)).parameters.items()
+            for name, p in inspect.signature(checkpoint.builder(self.builder)).parameters.items()
             if isinstance(p.default, plain)
         }
         return defaults | {k: v for k, v in self.kwargs.items() if isinstance(v, plain)}
@@ -160,7 +178,7 @@ class Policy:
             if not ok:
                 raise ValueError(f"option {key!r} must be a {type(old).__name__} like {old!r}, got {value!r}")
         kwargs = {**self.kwargs, **{k: type(current[k])(v) for k, v in options.items()}}
-        module = _builder(self.builder)(**kwargs)
+        module = checkpoint.build(self.builder, kwargs)
         try:
             module.load_state_dict(self.module.state_dict())
         except RuntimeError as e:  # a setting that sizes the model
@@ -171,92 +189,40 @@ class Policy:
         """Write ``policy.safetensors`` + ``policy.json`` into directory ``path``; returns it."""
         if self.builder is None:
             raise ValueError("this policy has no builder, so it cannot be saved in a loadable form")
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().cpu().contiguous() for k, v in self.module.state_dict().items()}
-        save_file(state, str(path / WEIGHTS))
-        config = {
-            "format": FORMAT,
-            "version": VERSION,
-            "builder": self.builder,
-            "kwargs": self.kwargs,
-            "action_low": self.action_low.tolist(),
-            "action_high": self.action_high.tolist(),
-            "meta": self.meta,
-        }
-        (path / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
-        return path
+        return checkpoint.save(
+            path,
+            self.module,
+            POLICY,
+            self.builder,
+            self.kwargs,
+            action_low=self.action_low.tolist(),
+            action_high=self.action_high.tolist(),
+            meta=self.meta,
+        )
 
 
-def _resolve(path: Path) -> Path:
-    """A checkpoint directory from a checkpoint dir, one of its files, or a run directory."""
-    if path.is_file():
-        path = path.parent
-    if (path / CONFIG).exists():
-        return path
-    for candidate in ("final", "checkpoints/latest"):
-        if (path / candidate / CONFIG).exists():
-            return path / candidate
-    raise CheckpointError(
-        f"{path} is not an ecrl policy checkpoint: expected a directory with {CONFIG} and {WEIGHTS} "
-        f"(or a run directory with final/ or checkpoints/latest/)"
-    )
-
-
-def _builder(name: str):
-    module_name, _, attr = name.partition(":")
-    if not module_name.startswith("ecrl.") or not attr:
-        raise CheckpointError(f"checkpoint builder {name!r} must be 'ecrl.<module>:<function>'")
+def _bounds(config: Mapping[str, Any], where: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The action bounds of a policy config, checked: two equal-length lists of finite numbers, low <= high."""
     try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise CheckpointError(f"checkpoint builder {name!r} cannot be found: {e}") from e
-
-
-def read_config(path: Path, fmt: str, version: int, what: str) -> dict[str, Any]:
-    """The JSON config ``path`` of a checkpoint, checked to be ``what`` (e.g. "an ecrl policy config"):
-    format ``fmt``, ``version``."""
-    try:
-        config = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path} is not valid JSON: {e}") from e
-    if not isinstance(config, dict) or config.get("format") != fmt:
-        raise CheckpointError(f"{path} is not {what} (format != {fmt!r})")
-    if config.get("version") != version:
-        raise CheckpointError(f"{path}: unsupported version {config.get('version')!r} (expected {version})")
-    return config
-
-
-def load_weights(module: nn.Module, path: Path, config_path: Path) -> None:
-    """Load the safetensors file ``path`` into ``module`` (built from ``config_path``), or raise CheckpointError."""
-    try:
-        state = load_file(str(path))
-    except Exception as e:  # safetensors raises its own error types for corrupt files
-        raise CheckpointError(f"{path} is not a readable safetensors file: {e}") from e
-    try:
-        module.load_state_dict(state)
-    except RuntimeError as e:
-        raise CheckpointError(f"{path} does not fit the model in {config_path.name}: {e}") from e
+        low, high = (np.asarray(config[k], dtype=np.float32) for k in ("action_low", "action_high"))
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{where}: action_low and action_high must be lists of numbers: {e}") from e
+    if low.ndim != 1 or low.shape != high.shape or not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise CheckpointError(
+            f"{where}: action_low and action_high must be finite lists of one length, got {config['action_low']!r} "
+            f"and {config['action_high']!r}"
+        )
+    if (low > high).any():
+        raise CheckpointError(f"{where}: action_low {low.tolist()} exceeds action_high {high.tolist()}")
+    return low, high
 
 
 def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
-    """Load a policy saved by :meth:`Policy.save` (or the latest/final one of a run directory)."""
-    root = _resolve(Path(path))
-    config = read_config(root / CONFIG, FORMAT, VERSION, "an ecrl policy config")
-    if not (root / WEIGHTS).exists():
-        raise CheckpointError(f"{root} has {CONFIG} but no {WEIGHTS}")
-    try:
-        module = _builder(config["builder"])(**config["kwargs"])
-    except CheckpointError:
-        raise
-    except (KeyError, TypeError, ValueError) as e:  # kwargs (or keys) that build no model
-        raise CheckpointError(f"{root / CONFIG} does not describe a model that can be built: {e!r}") from e
-    load_weights(module, root / WEIGHTS, root / CONFIG)
-    return Policy(
-        module.to(device),
-        np.asarray(config["action_low"]),
-        np.asarray(config["action_high"]),
-        config.get("meta"),
-        config["builder"],
-        config["kwargs"],
-    )
+    """Load a policy saved by :meth:`Policy.save` (or the latest/final one of a run directory).
+
+    Raises:
+        CheckpointError: ``path`` holds no policy checkpoint, or one that builds no model fitting its weights.
+    """
+    module, config = checkpoint.load(path, POLICY, device)
+    low, high = _bounds(config, checkpoint.find(path, POLICY) / CONFIG)
+    return Policy(module, low, high, config.get("meta"), config["builder"], config["kwargs"])

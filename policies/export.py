@@ -1,7 +1,8 @@
 """Trained SB3 actors → :class:`ecrl.policy.Policy` modules that run on any number of objects.
 
-``policy.json`` names one of the builders below; :func:`ecrl.policy.load` calls it with the saved
-kwargs and loads the safetensors weights into what it returns.
+The modules below are registered model builders (``entity_actor``, ``flat_actor``): ``policy.json``
+names one, and :func:`ecrl.policy.load` calls it with the saved kwargs and loads the safetensors
+weights into what it returns.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from ecrl.checkpoint import register_builder
 from ecrl.entities import (
     _PRESENT,
     ENTITY_DIM,
@@ -28,6 +30,7 @@ from ecrl.policies.sb3 import LOG_STD_MAX, LOG_STD_MIN, EntityActor
 from ecrl.policy import Policy
 
 
+@register_builder("entity_actor")
 class EntityActorModule(nn.Module):
     """An entity-centric actor for inference: ``forward`` → deterministic action, ``sample`` → stochastic.
 
@@ -149,6 +152,7 @@ def goal_env_space(n_max: int) -> spaces.Dict:
     )
 
 
+@register_builder("flat_actor")
 class FlatActorModule(nn.Module):
     """SB3's flat MLP actor (fixed ``n_max``) behind the same interface; other ``n_max`` are refused."""
 
@@ -195,12 +199,12 @@ def policy_from_model(model, meta: dict[str, Any]) -> Policy:
         module.net.load_state_dict(actor.net.state_dict())
         if actor.scorer is not None:
             module.scorer.load_state_dict(actor.scorer.state_dict())
-        builder = "ecrl.policies.export:EntityActorModule"
+        builder = "entity_actor"
     else:
         algo = meta["algo"]
         n_max = model.observation_space["observation"].shape[0] - 1
         kwargs = {"algo": algo, "n_max": n_max, "net_arch": list(meta["net_arch"]), "action_dim": action_dim}
         module = FlatActorModule(**kwargs)
         module.actor.load_state_dict(actor.state_dict())
-        builder = "ecrl.policies.export:FlatActorModule"
+        builder = "flat_actor"
     return Policy(module.to("cpu"), space.low, space.high, meta, builder, kwargs)

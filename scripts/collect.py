@@ -41,8 +41,8 @@ from pathlib import Path  # noqa: E402
 import tyro  # noqa: E402
 
 import ecrl  # noqa: E402
+from ecrl.checkpoint import CheckpointError  # noqa: E402
 from ecrl.datasets import CollectConfig, DatasetError, collect_dataset  # noqa: E402
-from ecrl.policy import CheckpointError  # noqa: E402
 from ecrl.scripts.cli import cli_errors, config_of
 from ecrl.scripts.eval import fixed_n_max  # noqa: E402
 

@@ -46,6 +46,7 @@ from typing import Annotated  # noqa: E402
 import tyro  # noqa: E402
 
 import ecrl  # noqa: E402
+from ecrl.checkpoint import CheckpointError  # noqa: E402
 from ecrl.evaluation import (  # noqa: E402
     EVAL_SEED,
     ExpertPolicy,
@@ -54,7 +55,7 @@ from ecrl.evaluation import (  # noqa: E402
     report_table,
     write_report,
 )
-from ecrl.policy import CONFIG, CheckpointError, Policy  # noqa: E402
+from ecrl.policy import CONFIG, Policy  # noqa: E402
 from ecrl.scripts.cli import cli_errors
 from ecrl.training import parse_assignment  # noqa: E402
 

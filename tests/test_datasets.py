@@ -288,7 +288,7 @@ def test_cli_rolls_out_a_policy_checkpoint(tmp_path):
 
     torch.manual_seed(0)
     kwargs = {"net": {"arch": "eit", "width": 8}, "action_dim": 2, "stochastic": False}
-    builder = "ecrl.policies.export:EntityActorModule"
+    builder = "entity_actor"
     Policy(EntityActorModule(**kwargs), -np.ones(2), np.ones(2), {"arch": "eit"}, builder, kwargs).save(tmp_path / "p")
     out = tmp_path / "d"
     args = ["--out", str(out), "--policy", str(tmp_path / "p"), "--n-objects", "1", "--episodes", "1"]

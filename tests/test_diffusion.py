@@ -7,6 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from ecrl.checkpoint import CheckpointError
 from ecrl.diffusion import (
     DYNAMIC_DIM,
     EMA,
@@ -23,7 +24,6 @@ from ecrl.diffusion import (
     split_rows,
 )
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
-from ecrl.policy import CheckpointError
 
 TINY = DenoiserConfig(width=32, heads=2, blocks=2, horizon=6, relative_goals=True)
 F = ENTITY_FIELDS

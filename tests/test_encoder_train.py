@@ -7,11 +7,11 @@ import pytest
 import torch
 from diffusion_helpers import resume_to_six_steps
 
+from ecrl.checkpoint import CheckpointError
 from ecrl.datasets import CollectConfig, collect_dataset
 from ecrl.encoders.data import Frames
 from ecrl.encoders.io import build_encoder, load_encoder, save_encoder
 from ecrl.encoders.train import EncoderTrainConfig, decomposition_image, parse_options, train
-from ecrl.policy import CheckpointError
 from ecrl.scripts.bench import main as bench_main
 from ecrl.scripts.train_encoder import main
 

@@ -26,9 +26,7 @@ def tiny_policy(train_n=(1,)) -> Policy:
 
     kwargs = {"net": {"arch": "eit", "width": 16, "heads": 2, "blocks": 1}, "action_dim": 2, "stochastic": False}
     meta = {"arch": "eit", "algo": "sac", "train_n_objects": list(train_n), "env_steps": 123}
-    return Policy(
-        EntityActorModule(**kwargs), -np.ones(2), np.ones(2), meta, "ecrl.policies.export:EntityActorModule", kwargs
-    )
+    return Policy(EntityActorModule(**kwargs), -np.ones(2), np.ones(2), meta, "entity_actor", kwargs)
 
 
 @pytest.fixture(scope="module")

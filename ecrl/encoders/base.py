@@ -23,6 +23,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from ecrl.checkpoint import config_from
+
 __all__ = [
     "IMAGE_SIZES",
     "EncoderOutput",
@@ -101,11 +103,18 @@ class EntityEncoder(nn.Module):
     dataclass of JSON-able fields, with at least ``views``, ``image_size``, ``entities`` (the
     number ``K`` of entities per view) and ``view_dim``), call ``super().__init__(config,
     feature_dim)`` with the width of their per-entity features, and implement :meth:`forward` and
-    :meth:`encode`; both end with :meth:`attach_views`.
+    :meth:`encode`; both end with :meth:`attach_views`. Their :meth:`from_fields` is registered as a
+    model builder (:func:`ecrl.checkpoint.register_builder`) under the name
+    :data:`ecrl.encoders.io.ENCODER_KINDS` gives their ``kind``.
     """
 
     kind: ClassVar[str]
     Config: ClassVar[type]
+
+    @classmethod
+    def from_fields(cls, **fields: Any) -> EntityEncoder:
+        """A freshly initialised encoder whose config has ``fields`` (the others default)."""
+        return cls(config_from(cls.Config, fields, f"{cls.kind} encoders"))
 
     def __init__(self, config: Any, feature_dim: int) -> None:
         super().__init__()

@@ -61,6 +61,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from ecrl.checkpoint import register_builder
 from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_config, check_images, pixel_centres
 
 __all__ = ["PARTICLE_FIELDS", "ParticleConfig", "ParticleEncoder", "spatial_softmax"]
@@ -761,6 +762,9 @@ class ParticleEncoder(EntityEncoder):
         prior_logvar = 2 * math.log(self.config.prior_sigma)
         kl = _gaussian_kl(mu[:, :, None], logvar[:, :, None], prior[:, None], prior_logvar).sum(-1)  # (N, K, L)
         return kl.amin(2).sum(1) + kl.amin(1).sum(1)
+
+
+register_builder("particle_encoder")(ParticleEncoder.from_fields)
 
 
 def _peak_mean(logits: torch.Tensor) -> torch.Tensor:

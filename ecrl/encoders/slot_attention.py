@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from ecrl.checkpoint import register_builder
 from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_config, check_images, pixel_centres
 
 __all__ = ["SlotAttention", "SlotAttentionConfig", "SlotAttentionEncoder"]
@@ -234,3 +235,6 @@ class SlotAttentionEncoder(EntityEncoder):
         slots, attention = self.slots(images)
         entities = self.attach_views(torch.cat([slots, _moments(attention, self.grid_xy)], dim=-1))
         return entities, self.all_present(entities)
+
+
+register_builder("slot_encoder")(SlotAttentionEncoder.from_fields)

@@ -33,13 +33,12 @@ from safetensors.torch import load_file, save_file
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 
-from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
+from ecrl.checkpoint import load_optimizer_state, load_weights, optimizer_state, replace_dir
 from ecrl.datasets import DatasetError, DemoDataset
 from ecrl.encoders.base import EntityEncoder
 from ecrl.encoders.data import Frames
 from ecrl.encoders.evaluate import EncoderScores, score_encoder
-from ecrl.encoders.io import build_encoder, encoder_class, load_encoder, save_encoder
-from ecrl.policy import load_weights
+from ecrl.encoders.io import ENCODER, build_encoder, encoder_class, load_encoder, save_encoder
 from ecrl.training import (
     RunOptions,
     append_csv,
@@ -225,7 +224,7 @@ class _Trainer:
     def load(self, ckpt: Path) -> None:
         if not (ckpt / "training.json").exists():
             raise FileNotFoundError(f"{ckpt} has no training state (training.json); cannot resume from it")
-        load_weights(self.model, ckpt / "encoder.safetensors", ckpt / "encoder.json")
+        load_weights(self.model, ckpt / ENCODER.weights, ckpt / ENCODER.config)
         state = json.loads((ckpt / "training.json").read_text())
         tensors = load_file(str(ckpt / "training.safetensors"))
         load_optimizer_state(self.optimizer, tensors, state["optimizer"], "opt")
