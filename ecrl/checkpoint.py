@@ -177,7 +177,7 @@ def config_from(cls: type[C], fields: Mapping[str, Any], what: str) -> C:
 def legacy_builder(config: dict[str, Any]) -> dict[str, Any]:
     """A version-1 config whose ``builder`` is an import path of :data:`LEGACY_BUILDERS`, with its registry name."""
     path = config.get("builder")
-    if path not in LEGACY_BUILDERS:
+    if not isinstance(path, str) or path not in LEGACY_BUILDERS:
         raise CheckpointError(
             f"version-1 checkpoints name their builder by one of the import paths {sorted(LEGACY_BUILDERS)}; "
             f"got {path!r}, which is not loaded"

@@ -92,14 +92,15 @@ class Policy:
         for key in ("observation", "achieved_goal", "desired_goal"):
             if key not in obs:
                 continue
-            rows = np.asarray(obs[key], dtype=np.float32)
+            with np.errstate(over="ignore"):  # a value beyond float32's range becomes inf, refused below
+                rows = np.asarray(obs[key], dtype=np.float32)
             if rows.ndim not in (2, 3):
                 raise ValueError(f"obs[{key!r}]: expected (N, D) or (B, N, D), got shape {rows.shape}")
             bad = ~np.isfinite(rows)
             if bad.any():  # a model would turn it into NaN actions without a word
                 raise ValueError(
-                    f"obs[{key!r}] holds {int(bad.sum())} NaN or inf value(s) (the first at index "
-                    f"{tuple(int(i) for i in np.argwhere(bad)[0])}); expected finite numbers"
+                    f"obs[{key!r}] holds {int(bad.sum())} value(s) that are NaN, inf or beyond float32's range "
+                    f"(the first at index {tuple(int(i) for i in np.argwhere(bad)[0])}); expected finite numbers"
                 )
             tensors[key] = torch.as_tensor(rows, device=self.device)
         single = tensors["observation"].ndim == 2

@@ -261,13 +261,13 @@ def test_save_load_round_trip(tmp_path):
 
 def test_load_rejects_bad_checkpoints(tmp_path):
     path = save_denoiser(EntityDenoiser(TINY), tmp_path / "ckpt")
-    with pytest.raises(CheckpointError, match="not a denoiser checkpoint"):
+    with pytest.raises(CheckpointError, match="is not an ecrl denoiser checkpoint"):
         load_denoiser(tmp_path / "nowhere")
     config = json.loads((path / "denoiser.json").read_text())
     (path / "denoiser.json").write_text(json.dumps({**config, "format": "ecrl.policy"}))
     with pytest.raises(CheckpointError, match="format"):
         load_denoiser(path)
-    (path / "denoiser.json").write_text(json.dumps({**config, "config": {**config["config"], "width": 64}}))
+    (path / "denoiser.json").write_text(json.dumps({**config, "kwargs": {**config["kwargs"], "width": 64}}))
     with pytest.raises(CheckpointError, match="does not fit"):
         load_denoiser(path)
     (path / "denoiser.json").write_text(json.dumps(config))
