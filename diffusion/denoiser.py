@@ -21,6 +21,7 @@ Goal rows (:data:`ecrl.entities.GOAL_FIELDS`) enter whole, with positions × 4 a
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ __all__ = [
     "DYNAMIC_DIM",
     "STATIC_DIM",
     "DenoiserConfig",
+    "denoiser_config",
     "EntityDenoiser",
     "generic_rows",
     "goal_features",
@@ -332,7 +334,7 @@ class EntityDenoiser(nn.Module):
     @classmethod
     def from_fields(cls, **fields: Any) -> EntityDenoiser:
         """A denoiser whose config has ``fields`` (others default): the registered builder ``entity_denoiser``."""
-        return cls(config_from(DenoiserConfig, fields, "denoisers"))
+        return cls(denoiser_config(fields))
 
     def __init__(self, config: DenoiserConfig | None = None) -> None:
         super().__init__()
@@ -453,6 +455,15 @@ class EntityDenoiser(nn.Module):
 
 
 register_builder("entity_denoiser")(EntityDenoiser.from_fields)
+
+
+def denoiser_config(config: DenoiserConfig | Mapping[str, Any]) -> DenoiserConfig:
+    """``config``, or the :class:`DenoiserConfig` with its fields (as a checkpoint's kwargs hold it).
+
+    Raises:
+        ValueError: a field that :class:`DenoiserConfig` does not have.
+    """
+    return config if isinstance(config, DenoiserConfig) else config_from(DenoiserConfig, config, "denoisers")
 
 
 def _v1(config: dict[str, Any]) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from einops import rearrange
 from torch import nn
 
 from ecrl.checkpoint import register_builder
-from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser
+from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser, denoiser_config
 from ecrl.diffusion.schedule import Plan, sample
 
 __all__ = ["HierarchicalPlanner", "PlanningStats", "segment_windows", "subgoal_windows"]
@@ -108,10 +108,6 @@ class PlanningStats:
         }
 
 
-def _config(config: DenoiserConfig | Mapping[str, Any]) -> DenoiserConfig:
-    return config if isinstance(config, DenoiserConfig) else DenoiserConfig(**config)
-
-
 @register_builder("hierarchical_planner")
 class HierarchicalPlanner(nn.Module):
     """Observation dict ``(B, N, D)`` tensors → action ``(B, A)`` in ``[-1, 1]``: subgoals over dense segments.
@@ -153,7 +149,7 @@ class HierarchicalPlanner(nn.Module):
         fixed_noise: bool = False,
     ) -> None:
         super().__init__()
-        high, low = _config(high), _config(low)
+        high, low = denoiser_config(high), denoiser_config(low)
         k, hh = low.horizon, high.horizon
         high_replan_every = k if high_replan_every is None else high_replan_every
         if high.action_dim != low.action_dim:

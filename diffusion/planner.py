@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ecrl.checkpoint import register_builder
-from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser
+from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser, denoiser_config
 from ecrl.diffusion.schedule import sample
 from ecrl.entities import check_focus, focus_rows
 
@@ -61,7 +61,7 @@ class DiffusionPlanner(nn.Module):
         placed_within: float = 0.04,
     ) -> None:
         super().__init__()
-        config = denoiser if isinstance(denoiser, DenoiserConfig) else DenoiserConfig(**denoiser)
+        config = denoiser_config(denoiser)
         if not 1 <= replan_every <= config.horizon:
             raise ValueError(f"replan_every must be in [1, horizon={config.horizon}], got {replan_every}")
         if not 1 <= sampling_steps <= config.diffusion_steps:

@@ -148,7 +148,9 @@ def _check_arguments(name: str, fn: Builder, kwargs: Any) -> None:
 def build(name: str, kwargs: Mapping[str, Any]) -> nn.Module:
     """The module that builder ``name`` makes from ``kwargs``.
 
-    This is the one place where arguments read from a checkpoint reach a constructor.
+    This is the one place where arguments read from a checkpoint (and settings changed by
+    :meth:`ecrl.policy.Policy.with_options`) reach a constructor: :func:`load` and every kind of
+    checkpoint build through it, so a check of the arguments for every model belongs here.
 
     Raises:
         CheckpointError: ``name`` is not registered, or it does not take these arguments.
@@ -156,7 +158,7 @@ def build(name: str, kwargs: Mapping[str, Any]) -> nn.Module:
     """
     fn = builder(name)
     _check_arguments(name, fn, kwargs)
-    module = fn(**kwargs)
+    module = fn(**kwargs)  # the only call of a registered builder with a checkpoint's kwargs
     if not isinstance(module, nn.Module):
         raise CheckpointError(f"builder {name!r} returned a {type(module).__name__}, not a torch module")
     return module
