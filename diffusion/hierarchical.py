@@ -37,6 +37,7 @@ from torch import nn
 
 from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser
 from ecrl.diffusion.schedule import Plan, sample
+from ecrl.retired import drop_retired
 
 __all__ = ["HierarchicalPlanner", "PlanningStats", "segment_windows", "subgoal_windows"]
 
@@ -108,7 +109,7 @@ class PlanningStats:
 
 
 def _config(config: DenoiserConfig | Mapping[str, Any]) -> DenoiserConfig:
-    return config if isinstance(config, DenoiserConfig) else DenoiserConfig(**config)
+    return config if isinstance(config, DenoiserConfig) else DenoiserConfig(**drop_retired(DenoiserConfig, config))
 
 
 class HierarchicalPlanner(nn.Module):

@@ -22,6 +22,7 @@ from torch import nn
 from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser
 from ecrl.diffusion.schedule import sample
 from ecrl.entities import check_focus, focus_rows
+from ecrl.retired import drop_retired
 
 __all__ = ["DiffusionPlanner"]
 
@@ -59,7 +60,7 @@ class DiffusionPlanner(nn.Module):
         placed_within: float = 0.04,
     ) -> None:
         super().__init__()
-        config = denoiser if isinstance(denoiser, DenoiserConfig) else DenoiserConfig(**denoiser)
+        config = denoiser if isinstance(denoiser, DenoiserConfig) else DenoiserConfig(**drop_retired(DenoiserConfig, denoiser))
         if not 1 <= replan_every <= config.horizon:
             raise ValueError(f"replan_every must be in [1, horizon={config.horizon}], got {replan_every}")
         if not 1 <= sampling_steps <= config.diffusion_steps:

@@ -27,6 +27,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ecrl.retired import drop_retired
+
 FORMAT, VERSION = "ecrl.policy", 1
 WEIGHTS, CONFIG = "policy.safetensors", "policy.json"
 
@@ -246,6 +248,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Policy:
     if not (root / WEIGHTS).exists():
         raise CheckpointError(f"{root} has {CONFIG} but no {WEIGHTS}")
     try:
+        config["kwargs"] = drop_retired(config["builder"], config["kwargs"])
         module = _builder(config["builder"])(**config["kwargs"])
     except CheckpointError:
         raise

@@ -12,6 +12,7 @@ from safetensors.torch import save_file
 
 from ecrl.encoders.base import EntityEncoder
 from ecrl.policy import CheckpointError, load_weights, read_config
+from ecrl.retired import drop_retired
 
 __all__ = ["ENCODER_KINDS", "build_encoder", "encoder_class", "load_encoder", "save_encoder"]
 
@@ -80,7 +81,7 @@ def load_encoder(path: str | Path, device: str = "cpu") -> EntityEncoder:
     if not (root / WEIGHTS).exists():
         raise CheckpointError(f"{root} has {CONFIG} but no {WEIGHTS}")
     try:
-        model = build_encoder(config["kind"], **config["config"])
+        model = build_encoder(config["kind"], **drop_retired(encoder_class(config["kind"]), config["config"]))
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{root / CONFIG} does not describe an encoder that can be built: {e!r}") from e
     load_weights(model, root / WEIGHTS, root / CONFIG)
