@@ -125,7 +125,11 @@ class PixelPlanner(nn.Module):
         self, encoder: Mapping[str, Any], planner: Mapping[str, Any], mean: list[float], std: list[float]
     ) -> None:
         super().__init__()
-        self.encoder = build_encoder(encoder["kind"], **drop_retired(encoder_class(encoder["kind"]), encoder["config"])).eval().requires_grad_(False)
+        self.encoder = (
+            build_encoder(encoder["kind"], **drop_retired(encoder_class(encoder["kind"]), encoder["config"]))
+            .eval()
+            .requires_grad_(False)
+        )
         self.planner = DiffusionPlanner(**planner)
         width = self.planner.denoiser.config.entity_dim
         if width != self.encoder.entity_dim or len(mean) != width or len(std) != width:

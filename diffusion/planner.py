@@ -60,7 +60,11 @@ class DiffusionPlanner(nn.Module):
         placed_within: float = 0.04,
     ) -> None:
         super().__init__()
-        config = denoiser if isinstance(denoiser, DenoiserConfig) else DenoiserConfig(**drop_retired(DenoiserConfig, denoiser))
+        config = (
+            denoiser
+            if isinstance(denoiser, DenoiserConfig)
+            else DenoiserConfig(**drop_retired(DenoiserConfig, denoiser))
+        )
         if not 1 <= replan_every <= config.horizon:
             raise ValueError(f"replan_every must be in [1, horizon={config.horizon}], got {replan_every}")
         if not 1 <= sampling_steps <= config.diffusion_steps:

@@ -489,9 +489,7 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
     if demos is not None:
         result.demo_success = demos.successes / demos.episodes
         if config.bc_weight > 0:
-            callbacks.append(
-                DemoBCCallback(demos, config.bc_weight, config.bc_every, seed=config.seed)
-            )
+            callbacks.append(DemoBCCallback(demos, config.bc_weight, config.bc_every, seed=config.seed))
     if config.actor_warmup:
         callbacks.append(FreezeActorCallback(config.actor_warmup))
     if resume is not None:

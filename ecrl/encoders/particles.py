@@ -169,6 +169,7 @@ class ParticleConfig:
     training signal only; encoding reads images alone. The other particles' keypoints are suppressed
     around the pusher (they come after it), so that the particle of an object next to the pusher is
     less often also the pusher's (see ``results/encoders/agent``)."""
+
     def __post_init__(self) -> None:
         check_config(self, ("prior_keypoints", "width", "feature_dim", "background_dim"))
         if self.prior_patch < 2 or self.image_size % self.prior_patch:
