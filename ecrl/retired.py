@@ -95,7 +95,7 @@ def drop_retired(model: str | type, kwargs: Mapping[str, Any]) -> dict[str, Any]
         if option.neutral is not ANY and value != option.neutral:
             raise RetiredOptionError(
                 f"{model.rpartition(':')[2]} option {name}={value!r} was retired: the library now always does what "
-                f"{name}={option.neutral!r} did, and the trial that rejected it is recorded in {option.record}. "
+                f"{name}={option.neutral!r} did ({option.record} says why). "
                 f"Use an ecrl version from before its removal to run what was saved with it, or retrain without it"
             )
     return kept
