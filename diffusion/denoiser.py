@@ -35,6 +35,7 @@ from ecrl import checkpoint
 from ecrl.attention import AttentionBlock, MultiHeadAttention, mlp
 from ecrl.checkpoint import CheckpointFormat, config_from, register_builder
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
+from ecrl.retired import drop_retired
 
 __all__ = [
     "DYNAMIC_DIM",
@@ -63,7 +64,6 @@ _STATIC_SCALE = _ENTITY_SCALE[_STATIC_COLUMNS]
 _XY = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
 _YAW = ENTITY_FIELDS["yaw"]
 _PRESENT = ENTITY_FIELDS["present"].start
-_GOAL_XY = slice(GOAL_FIELDS["position"].start, GOAL_FIELDS["position"].start + 2)
 _GOAL_SCALE = torch.ones(GOAL_DIM)
 _GOAL_SCALE[GOAL_FIELDS["position"]] = POSITION_SCALE
 _GOAL_SCALE[GOAL_FIELDS["size"]] = SIZE_SCALE
@@ -166,12 +166,6 @@ class DenoiserConfig:
         action_dim: ``A``, width of an action (actions lie in ``[-1, 1]``).
         diffusion_steps: ``T_train``, noise levels of the DDPM the model is trained on.
         noise_schedule: ``"cosine"`` (Nichol & Dhariwal) or ``"linear"`` betas.
-        entity_goals: before the main blocks, each entity (its attributes and current state)
-            cross-attends to the goal tokens, and the result joins all of its tokens: the entity's
-            own target is then part of every one of its step tokens (see :class:`EntityDenoiser`).
-        relative_goals: in that cross-attention, keys and values also embed each goal's position
-            relative to the entity (:class:`RelativeGoalAttention`), so "how far, which way" is read
-            exactly instead of being worked out from two absolute positions.
         entity_dim: 0 (default): entity rows in the state layout, split into static attributes and
             dynamic state (:func:`split_rows`). ``D > 0``: *generic* entity rows of width ``D`` with no
             known layout, e.g. an encoder's entities from pixels (:mod:`ecrl.diffusion.pixels`): a
@@ -187,8 +181,6 @@ class DenoiserConfig:
     action_dim: int = 2
     diffusion_steps: int = 100
     noise_schedule: str = "cosine"
-    entity_goals: bool = True
-    relative_goals: bool = False
     entity_dim: int = 0
 
     def __post_init__(self) -> None:
@@ -201,8 +193,6 @@ class DenoiserConfig:
             raise ValueError(f"noise_schedule must be 'cosine' or 'linear', got {self.noise_schedule!r}")
         if self.entity_dim < 0:
             raise ValueError(f"entity_dim must be 0 (state rows) or a row width > 0, got {self.entity_dim}")
-        if self.entity_dim and self.relative_goals:
-            raise ValueError("relative_goals reads positions from state rows; generic rows (entity_dim > 0) have none")
 
     @property
     def static_dim(self) -> int:
@@ -258,40 +248,6 @@ class AdaLNBlock(nn.Module):
         return torch.addcmul(x, gate_m, self.mlp(h))
 
 
-class RelativeGoalAttention(nn.Module):
-    """Entities ``(B, N, C)`` attend over goals ``(B, M, C)``; each entity-goal pair's key and value
-    add an embedding of the goal's position relative to the entity's (pre-norm residual block + MLP).
-
-    Relative positions are the same for any numbering of entities and goals, so the block is
-    permutation-equivariant over entities and invariant over goals; it costs ``N × M`` small vectors.
-    """
-
-    def __init__(self, width: int, heads: int, mlp_ratio: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.norm_x, self.norm_goal, self.norm_mlp = (nn.LayerNorm(width) for _ in range(3))
-        self.q = nn.Linear(width, width)
-        self.kv = nn.Linear(width, 2 * width)
-        self.relative = mlp([2, width, 2 * width])
-        self.out = nn.Linear(width, width)
-        self.mlp = mlp([width, mlp_ratio * width, width])
-
-    def forward(
-        self, x: torch.Tensor, xy: torch.Tensor, goals: torch.Tensor, goal_xy: torch.Tensor, goal_mask: torch.Tensor
-    ) -> torch.Tensor:
-        """``x (B, N, C)`` at positions ``xy (B, N, 2)``; goals ``(B, M, C)`` at ``goal_xy (B, M, 2)``."""
-        rel_k, rel_v = self.relative(goal_xy[:, None] - xy[:, :, None]).chunk(2, dim=-1)  # (B, N, M, C)
-        k, v = self.kv(self.norm_goal(goals)).chunk(2, dim=-1)
-        k, v = k[:, None] + rel_k, v[:, None] + rel_v
-        q = rearrange(self.q(self.norm_x(x)), "b n (h c) -> b n h c", h=self.heads)
-        k, v = (rearrange(t, "b n m (h c) -> b n m h c", h=self.heads) for t in (k, v))
-        logits = torch.einsum("bnhc,bnmhc->bnhm", q, k) * q.shape[-1] ** -0.5
-        weights = logits.masked_fill(~goal_mask[:, None, None], float("-inf")).softmax(dim=-1)
-        y = rearrange(torch.einsum("bnhm,bnmhc->bnhc", weights, v), "b n h c -> b n (h c)")
-        x = x + self.out(y)
-        return x + self.mlp(self.norm_mlp(x))
-
-
 class EntityDenoiser(nn.Module):
     """Predict a clean plan (entity states over time and actions) from a noisy one.
 
@@ -320,7 +276,7 @@ class EntityDenoiser(nn.Module):
       step would force a plan to reach the goal within ``H`` steps, which a short horizon often cannot;
       the sampler still accepts any extra inpainted entries (see :func:`ecrl.diffusion.sample`).
 
-    - **Each entity reads its goal first** (``entity_goals``): an entity token made of its static
+    - **Each entity reads its goal first**: an entity token made of its static
       attributes and its current (step-0, always clean) state cross-attends to the goal tokens once,
       and the result replaces the plain attribute embedding in all of that entity's step tokens.
       Without it the goal reaches an entity's future states only through the shared self-attention,
@@ -344,10 +300,7 @@ class EntityDenoiser(nn.Module):
         self.embed_static = mlp([config.static_dim, w, w])
         self.embed_action = mlp([config.action_dim, w, w])
         self.embed_goal = mlp([GOAL_DIM, w, w])
-        self.entity_goals: nn.Module | None = None
-        if config.entity_goals:
-            block = RelativeGoalAttention if config.relative_goals else AttentionBlock
-            self.entity_goals = block(w, config.heads, config.mlp_ratio)
+        self.entity_goals = AttentionBlock(w, config.heads, config.mlp_ratio)
         # Stands in for every goal row when the goal is dropped (classifier-free guidance).
         self.null_goal = nn.Parameter(torch.zeros(w))
         # Learned, from a sinusoidal start: distinct steps from the first update, free to adapt.
@@ -420,16 +373,8 @@ class EntityDenoiser(nn.Module):
             first = torch.zeros_like(goal_mask)
             first[:, 0] = True
             goal_mask = torch.where(dropped, first, goal_mask)
-        entity = self.embed_static(static)
-        if isinstance(self.entity_goals, RelativeGoalAttention):
-            goal_xy = goals[..., _GOAL_XY]
-            if drop_goal is not None:  # a dropped goal's position must not leak through the relative term
-                goal_xy = goal_xy.masked_fill(drop_goal[:, None, None], 0.0)
-            entity = self.entity_goals(
-                entity + state_embedding[:, 0], states[:, 0, :, :2], goal_tokens, goal_xy, goal_mask
-            )
-        elif self.entity_goals is not None:  # each entity, as it is now, reads the goals
-            entity = self.entity_goals(entity + state_embedding[:, 0], goal_tokens, goal_mask)
+        # Each entity, as it is now, reads the goals.
+        entity = self.entity_goals(self.embed_static(static) + state_embedding[:, 0], goal_tokens, goal_mask)
         entity_tokens = state_embedding + entity[:, None] + step[:, None]
         x = torch.cat(
             [
@@ -463,7 +408,9 @@ def denoiser_config(config: DenoiserConfig | Mapping[str, Any]) -> DenoiserConfi
     Raises:
         ValueError: a field that :class:`DenoiserConfig` does not have.
     """
-    return config if isinstance(config, DenoiserConfig) else config_from(DenoiserConfig, config, "denoisers")
+    if isinstance(config, DenoiserConfig):
+        return config
+    return config_from(DenoiserConfig, drop_retired(DenoiserConfig, config), "denoisers")
 
 
 def _v1(config: dict[str, Any]) -> dict[str, Any]:

@@ -36,13 +36,12 @@ from tqdm.auto import tqdm
 
 from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
 from ecrl.datasets import DemoDataset, read_meta
-from ecrl.diffusion.denoiser import _GOAL_XY, _XY, DenoiserConfig, EntityDenoiser
+from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser
 from ecrl.diffusion.hierarchical import HierarchicalPlanner, segment_windows, subgoal_windows
 from ecrl.diffusion.pixels import LatentWindows, PixelPlanner
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.schedule import EMA, LossTerms, loss
 from ecrl.encoders import load_encoder
-from ecrl.entities import ENTITY_FIELDS
 from ecrl.evaluation import evaluate, log_tensorboard, scalars
 from ecrl.policy import Policy
 from ecrl.policy import load as load_policy
@@ -72,11 +71,6 @@ class DiffusionTrainConfig(RunOptions):
     """Transformer blocks."""
     mlp_ratio: int = 2
     """Hidden width of the blocks' MLPs as a multiple of ``width``."""
-    entity_goals: bool = True
-    """Each entity cross-attends to the goals before the main blocks (see ``DenoiserConfig``)."""
-    relative_goals: bool = False
-    """In that cross-attention, embed each goal's position relative to the entity (see ``DenoiserConfig``).
-    Off by default: on push-3 it learnt no faster (fraction placed 0.13 vs 0.27 at 20k steps, 20 episodes)."""
     goal_dropout: float = 0.15
     """Fraction of training windows without their goal (flat planner), for classifier-free guidance."""
     guidance: float = 2.0
@@ -101,10 +95,6 @@ class DiffusionTrainConfig(RunOptions):
     """Hierarchical: env steps between high-level plans (default: subgoal_every)."""
     subgoal_action_weight: float = 1.0
     """Hierarchical: weight of the high level's action term (mean action over each stride; an auxiliary target)."""
-    still_objects: int = 0
-    """Augmentation (flat planner, state entities): add to each training window up to this many objects of other windows, held still at their first state with their goals, where they keep ``still_clearance`` from everything that moves; the planner sees scenes with more objects than the demonstrations (0: off)."""
-    still_clearance: float = 0.08
-    """Metres an added still object keeps from every entity of the window at every step, from the window's targets and from the other added objects."""
     init_from: Path | None = None
     """Start from the weights of a saved state planner (a checkpoint directory, e.g. a committed ``policy/``) of the same kind and size, to train it further when its run directory is gone; a flat planner can also start both levels of a hierarchical one (same denoiser size; horizons may differ). The weights start both the model and its EMA, the optimizer and the learning-rate schedule start afresh."""
     steps: int = 120_000
@@ -159,12 +149,6 @@ class DiffusionTrainConfig(RunOptions):
             problems.append(f"lr must be > 0, got {self.lr}")
         if self.encoder is not None and self.planner != "flat":
             problems.append("planning from pixels (--encoder) is implemented for the flat planner only")
-        if self.still_objects < 0 or self.still_clearance <= 0:
-            problems.append(
-                f"still_objects must be >= 0 and still_clearance > 0, got {self.still_objects} and {self.still_clearance}"
-            )
-        if self.still_objects and (self.planner != "flat" or self.encoder is not None):
-            problems.append("--still-objects augments the flat planner's state windows only")
         if self.encoder is not None and self.init_from is not None:
             problems.append("--init-from starts state planners only, not planners from pixels (--encoder)")
         if problems:
@@ -199,8 +183,6 @@ class DiffusionTrainConfig(RunOptions):
             mlp_ratio=self.mlp_ratio,
             horizon=horizon,
             diffusion_steps=self.diffusion_steps,
-            entity_goals=self.entity_goals,
-            relative_goals=self.relative_goals,
         )
 
     @property
@@ -262,59 +244,6 @@ def planner_policy(planner: DiffusionPlanner | HierarchicalPlanner, meta: dict[s
         builder, action_dim = "diffusion_planner", planner.denoiser.config.action_dim
     ones = np.ones(action_dim, dtype=np.float32)
     return Policy(planner, -ones, ones, meta, builder, planner.kwargs)
-
-
-def add_still_objects(
-    windows: dict[str, np.ndarray],
-    other: dict[str, np.ndarray],
-    most: int,
-    clearance: float,
-    rng: np.random.Generator,
-) -> dict[str, np.ndarray]:
-    """Training windows with more objects: up to ``most`` objects of ``other`` windows, held still.
-
-    Window ``b`` gets a number of extra objects drawn uniformly from ``0 … most``: the first objects of
-    ``other``'s window ``b`` at its first step, with zero velocity at every step, and their goal
-    rows. An extra object is kept only where it stays ``clearance`` metres from every real entity
-    of window ``b`` at every step, from that window's targets and from the extra objects kept
-    before it; the others become padded rows. The demonstration's own objects, actions and validity
-    are unchanged, so the windows teach a planner to work among objects that it does not move.
-
-    Args:
-        windows, other: windows of the same horizon from :meth:`ecrl.datasets.DemoDataset.windows`.
-
-    Returns:
-        ``observation``, ``action``, ``valid``, ``desired_goal``, ``mask`` and ``goal_mask`` with
-        ``most`` more object rows (the keys :func:`~ecrl.diffusion.schedule.encode_window` reads).
-    """
-    obs, goal = windows["observation"], windows["desired_goal"]
-    batch, steps = obs.shape[:2]
-    k = min(most, other["observation"].shape[2] - 1)
-    extra = np.repeat(other["observation"][:, :1, 1 : 1 + k], steps, axis=1).copy()
-    extra[..., ENTITY_FIELDS["velocity"]] = 0.0
-    extra_goal = other["desired_goal"][:, :k].copy()
-    wanted = np.arange(k)[None] < rng.integers(0, most + 1, size=(batch, 1))
-    keep = other["mask"][:, 1 : 1 + k] & wanted
-    where = extra[:, 0, :, _XY]  # (B, k, 2)
-    # (B, T, k, N): extra object j within clearance of real entity n at step t; (B, k, M): of real target m.
-    near_entity = np.linalg.norm(obs[:, :, None, :, _XY] - where[:, None, :, None], axis=-1) < clearance
-    near_target = np.linalg.norm(goal[:, None, :, _GOAL_XY] - where[:, :, None], axis=-1) < clearance
-    near_entity &= windows["mask"][:, None, None, :]
-    near_target &= windows["goal_mask"][:, None, :]
-    keep &= ~near_entity.any(axis=(1, 3)) & ~near_target.any(axis=2)
-    for j in range(1, k):  # keep j only clear of the extra objects kept before it
-        apart = np.linalg.norm(where[:, :j] - where[:, j : j + 1], axis=-1) >= clearance
-        keep[:, j] &= (apart | ~keep[:, :j]).all(axis=1)
-    extra *= keep[:, None, :, None]
-    extra_goal *= keep[:, :, None]
-    return {
-        "observation": np.concatenate([obs, extra], axis=2),
-        "action": windows["action"],
-        "valid": windows["valid"],
-        "desired_goal": np.concatenate([goal, extra_goal], axis=1),
-        "mask": np.concatenate([windows["mask"], keep], axis=1),
-        "goal_mask": np.concatenate([windows["goal_mask"], keep], axis=1),
-    }
 
 
 def _denoisers(planner: DiffusionPlanner | HierarchicalPlanner) -> dict[str, EntityDenoiser]:
@@ -412,11 +341,7 @@ class _Trainer:
             return {k: torch.as_tensor(np.ascontiguousarray(v), device=self.device) for k, v in batch.items()}
 
         if config.planner == "flat":
-            windows = dataset.sample_windows(config.batch_size, config.horizon, rng)
-            if config.still_objects:
-                other = dataset.sample_windows(config.batch_size, config.horizon, rng)
-                windows = add_still_objects(windows, other, config.still_objects, config.still_clearance, rng)
-            batch = tensors(windows)
+            batch = tensors(dataset.sample_windows(config.batch_size, config.horizon, rng))
             return {
                 "": loss(self.models[""], batch, self.generator, config.action_weight, goal_dropout=config.goal_dropout)
             }

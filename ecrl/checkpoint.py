@@ -37,11 +37,14 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ecrl.retired import RetiredOptionError, drop_retired
+
 __all__ = [
     "BUILDER_MODULES",
     "LEGACY_BUILDERS",
     "CheckpointError",
     "CheckpointFormat",
+    "arguments",
     "build",
     "builder",
     "config_from",
@@ -145,6 +148,24 @@ def _check_arguments(name: str, fn: Builder, kwargs: Any) -> None:
         raise CheckpointError(f"builder {name!r} needs {missing}, which the arguments {sorted(kwargs)} lack")
 
 
+def arguments(name: str, kwargs: Any) -> dict[str, Any]:
+    """``kwargs`` saved for builder ``name`` without the options the library retired (:mod:`ecrl.retired`).
+
+    Raises:
+        CheckpointError: ``kwargs`` is not a JSON object of arguments the builder takes, or it holds a retired
+            option at a value whose behaviour is gone.
+    """
+    fn = builder(name)
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise CheckpointError(f"the arguments of builder {name!r} must be a JSON object, got {kwargs!r}")
+    try:  # a registered from_fields is bound to its class, which is what the retired table names
+        kwargs = drop_retired(getattr(fn, "__self__", fn), kwargs)
+    except RetiredOptionError as e:
+        raise CheckpointError(str(e)) from None
+    _check_arguments(name, fn, kwargs)
+    return kwargs
+
+
 def build(name: str, kwargs: Mapping[str, Any]) -> nn.Module:
     """The module that builder ``name`` makes from ``kwargs``.
 
@@ -157,7 +178,7 @@ def build(name: str, kwargs: Mapping[str, Any]) -> nn.Module:
         ValueError, TypeError: the builder's own checks of the values.
     """
     fn = builder(name)
-    _check_arguments(name, fn, kwargs)
+    kwargs = arguments(name, kwargs)
     module = fn(**kwargs)  # the only call of a registered builder with a checkpoint's kwargs
     if not isinstance(module, nn.Module):
         raise CheckpointError(f"builder {name!r} returned a {type(module).__name__}, not a torch module")
@@ -314,6 +335,7 @@ def load(
     if not (root / fmt.weights).is_file():
         raise CheckpointError(f"{root} has {fmt.config} but no {fmt.weights}")
     try:
+        config["kwargs"] = arguments(config["builder"], config["kwargs"])
         module = build(config["builder"], config["kwargs"])
     except CheckpointError as e:
         raise CheckpointError(f"{root / fmt.config}: {e}") from e

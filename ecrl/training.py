@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ecrl.reporting import provenance
+from ecrl.retired import drop_retired
 
 __all__ = [
     "RunOptions",
@@ -129,6 +130,7 @@ class RunOptions:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Any:
         """Inverse of :meth:`to_json`; unknown keys are an error, missing ones take their defaults."""
+        data = drop_retired(cls, data)
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:

@@ -3,7 +3,8 @@
 The recipe of Nair et al. (2018), "Overcoming Exploration in RL with Demonstrations": expert
 episodes go into the replay buffer (HER relabels them like any other episode), the actor is
 pre-trained to imitate them, and during RL a behaviour-cloning term pulls the actor towards the
-expert action only where the critic rates that action higher than the actor's own (Q-filter).
+expert action. Nair et al. apply that term only where the critic rates the expert's action above the
+actor's own (their Q-filter); here it applies on every demo state (``results/rl_push1`` says why).
 """
 
 from __future__ import annotations
@@ -169,13 +170,6 @@ def _actor_action(actor: torch.nn.Module, obs: dict[str, torch.Tensor]) -> torch
     return actor(obs, deterministic=True) if hasattr(actor, "action_dist") else actor(obs)
 
 
-def _q1(critic: torch.nn.Module, obs: dict[str, torch.Tensor], action: torch.Tensor) -> torch.Tensor:
-    """First critic's value ``(B,)`` (mean over quantiles for TQC critics)."""
-    if hasattr(critic, "q1_forward"):
-        return critic.q1_forward(obs, action).mean(-1)
-    return critic(obs, action)[:, 0].mean(-1)
-
-
 def bc_errors(
     actor: torch.nn.Module, obs: dict[str, torch.Tensor], target: torch.Tensor, choices: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -227,10 +221,8 @@ def pretrain_actor(
 class DemoBCCallback(BaseCallback):
     """During RL, every ``every`` env steps: one behaviour-cloning step of the actor on demos.
 
-    With ``q_filter`` the actor is pulled towards the expert's action only on demo states where the
-    first critic values the expert action above the actor's own (Nair et al. 2018); without it, on
-    every demo state (a plain BC regulariser). ``weight`` scales the loss. Logs ``train/bc_loss``
-    and ``train/bc_accepted`` (the fraction of the batch the loss applied to).
+    The actor is pulled towards the expert's action on every demo state (a plain BC regulariser);
+    ``weight`` scales the loss. Logs ``train/bc_loss``.
     """
 
     def __init__(
@@ -239,12 +231,10 @@ class DemoBCCallback(BaseCallback):
         weight: float = 1.0,
         every: int = 2,
         batch_size: int = 128,
-        q_filter: bool = True,
         seed: int = 0,
     ) -> None:
         super().__init__()
         self.demos, self.weight, self.every, self.batch_size = demos, weight, every, batch_size
-        self.q_filter = q_filter
         self._rng = np.random.default_rng(seed)
 
     def _on_step(self) -> bool:
@@ -257,18 +247,11 @@ class DemoBCCallback(BaseCallback):
         obs, target, choices = self.demos.batch(self._rng.integers(len(self.demos), size=self.batch_size), model.device)
         actor.train()
         per_sample, ce = bc_errors(actor, obs, target, choices)
-        if self.q_filter:
-            with torch.no_grad():
-                critic = model.policy.critic
-                keep = (_q1(critic, obs, target) > _q1(critic, obs, _actor_action(actor, obs))).float()
-        else:
-            keep = torch.ones(len(target), device=target.device)
-        loss = self.weight * ((per_sample * keep).mean() + ce)
+        loss = self.weight * (per_sample.mean() + ce)
         actor.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         actor.optimizer.step()
         self.logger.record_mean("train/bc_loss", per_sample.mean().item())
-        self.logger.record_mean("train/bc_accepted", keep.mean().item())
         if getattr(actor, "scorer", None) is not None:
             self.logger.record_mean("train/choice_ce", ce.item())
         return True

@@ -37,14 +37,13 @@ class EntityActorModule(nn.Module):
     ``focus=k`` (> 0) shows the actor only the agent and ``k`` objects at every step: those not yet
     placed nearest the agent (:func:`ecrl.entities.focus_rows`), as the diffusion planner's setting.
     ``select``: the actor was trained with an object scorer that picks the one object it sees
-    (:class:`ecrl.policies.sb3.EntityActor`); the two settings exclude each other. With ``commit``
-    (the default) a selecting actor keeps working on the object it chose until that object is
-    within ``placed_within`` of its target, as the expert it learnt from does, and only then asks
-    its scorer again; this needs :meth:`reset` at the start of episodes (``ecrl-eval`` calls it).
-    Without it the scorer chooses afresh at every step, and near a tie it flips between objects.
-    With ``skip_placed`` (the default) the scorer chooses among objects not yet within
-    ``placed_within`` of their targets while any is left (:func:`ecrl.policies.nets.choose_object`).
-    ``patience=k`` (with ``commit``; default 30, 0: never give up): an object that has not come
+    (:class:`ecrl.policies.sb3.EntityActor`); the two settings exclude each other. A selecting actor
+    keeps working on the object it chose until that object is within ``placed_within`` of its
+    target, as the expert it learnt from does, and only then asks its scorer again, which chooses
+    among objects not yet placed while any is left (:func:`ecrl.policies.nets.choose_object`); this
+    needs :meth:`reset` at the start of episodes (``ecrl-eval`` calls it). Choosing afresh at every
+    step, or among placed objects too, solved fewer episodes (``results/rl_push2``).
+    ``patience=k`` (default 30, 0: never give up): an object that has not come
     5 mm nearer its target for ``k`` steps (wedged among others) is set aside for ``k`` steps and
     the scorer chooses again, as the scripted expert does when it stalls.
     """
@@ -57,8 +56,6 @@ class EntityActorModule(nn.Module):
         focus: int = 0,
         placed_within: float = 0.04,
         select: bool = False,
-        commit: bool = True,
-        skip_placed: bool = True,
         patience: int = 30,
     ) -> None:
         super().__init__()
@@ -66,16 +63,16 @@ class EntityActorModule(nn.Module):
         if select and focus:
             raise ValueError(f"focus={focus} would override this policy's own object choice (select=True)")
         self.action_dim, self.stochastic = action_dim, stochastic
-        self.focus, self.placed_within, self.select, self.commit = focus, placed_within, select, commit
+        self.focus, self.placed_within, self.select = focus, placed_within, select
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
             raise ValueError(f"patience must be an int >= 0 (0: never give up on an object), got {patience!r}")
-        self.skip_placed, self.patience = skip_placed, patience
+        self.patience = patience
         self.reset()
         self.net = EntityNet(NetConfig(**net), out_dim=2 * action_dim if stochastic else action_dim)
         self.scorer = ObjectScorer(NetConfig(**net).width) if select else None
 
     def reset(self, *_: Any) -> None:
-        """Start new episodes: forget the objects chosen so far (``select`` with ``commit``)."""
+        """Start new episodes: forget the objects chosen so far (``select``)."""
         self._choice: torch.Tensor | None = None
         self._aside = torch.zeros(0, 0, dtype=torch.long)  # (B, n): step until which an object is set aside
 
@@ -91,9 +88,6 @@ class EntityActorModule(nn.Module):
         ents, goals = obs["observation"], obs["desired_goal"]
         dist = goal_distances(ents, goals)
         placed = dist <= self.placed_within
-        skip = placed if self.skip_placed else None
-        if not self.commit:
-            return choose_object(self.scorer, obs, skip)
         b, n = dist.shape
         if self._aside.shape != (b, n):  # new episodes, or another batch of scenes
             self._aside, self._t = torch.zeros(b, n, dtype=torch.long), 0
@@ -114,7 +108,7 @@ class EntityActorModule(nn.Module):
                 stalled = keep & (self._since > self.patience)
                 self._aside[stalled, held[stalled]] = self._t + self.patience
                 keep &= ~stalled
-        choice = choose_object(self.scorer, obs, skip, set_aside=self._aside > self._t)
+        choice = choose_object(self.scorer, obs, placed, set_aside=self._aside > self._t)
         if held is not None:
             choice = torch.where(keep, held, choice)
             fresh = choice != held

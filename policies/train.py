@@ -69,7 +69,7 @@ class TrainConfig(RunOptions):
     The defaults are the recipe of ``results/rl_push1``: TD3 + HER with the EIT; 200 scripted-expert
     episodes seed the replay buffer; the actor is behaviour-cloned on them and improved by 12 DAgger
     rounds; the critic alone learns for the first 10k env steps; then RL with the actor at a tenth of
-    the critic's learning rate and an (unfiltered) BC term anchoring it to the expert's actions.
+    the critic's learning rate and a BC term anchoring it to the expert's actions.
     ``--demos 0 --bc-steps 0 --dagger-iterations 0 --bc-weight 0 --actor-warmup 0 --actor-lr-scale 1``
     is plain RL.
     """
@@ -142,11 +142,9 @@ class TrainConfig(RunOptions):
     dagger_steps: int = 1500
     """Behaviour-cloning steps per DAgger round."""
     bc_weight: float = 2.0
-    """Weight of the Q-filtered behaviour-cloning term during RL (0: off)."""
+    """Weight of the behaviour-cloning term during RL (0: off)."""
     bc_every: int = 2
     """Env steps between behaviour-cloning updates during RL."""
-    bc_q_filter: bool = False
-    """Apply the BC term only where the critic prefers the expert's action (Nair et al. 2018)."""
     actor_warmup: int = 10_000
     """Env steps at the start during which only the critic learns (the actor stays as pre-trained)."""
     eval_every: int = 5000
@@ -491,9 +489,7 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
     if demos is not None:
         result.demo_success = demos.successes / demos.episodes
         if config.bc_weight > 0:
-            callbacks.append(
-                DemoBCCallback(demos, config.bc_weight, config.bc_every, q_filter=config.bc_q_filter, seed=config.seed)
-            )
+            callbacks.append(DemoBCCallback(demos, config.bc_weight, config.bc_every, seed=config.seed))
     if config.actor_warmup:
         callbacks.append(FreezeActorCallback(config.actor_warmup))
     if resume is not None:

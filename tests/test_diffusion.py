@@ -25,7 +25,7 @@ from ecrl.diffusion import (
 )
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
 
-TINY = DenoiserConfig(width=32, heads=2, blocks=2, horizon=6, relative_goals=True)
+TINY = DenoiserConfig(width=32, heads=2, blocks=2, horizon=6)
 F = ENTITY_FIELDS
 
 

@@ -13,7 +13,7 @@ import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
 from ecrl.diffusion import DenoiserConfig
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.train import planner_policy, train
-from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, focus_rows
+from ecrl.entities import focus_rows
 from ecrl.scripts.train_diffusion import main
 
 TINY = DenoiserConfig(width=16, heads=2, blocks=1, horizon=4, diffusion_steps=20)
@@ -243,33 +243,3 @@ def test_eval_cli_sets_policy_options_and_copies_them(policy, tmp_path, capsys):
         with pytest.raises(SystemExit) as exit_:
             eval_main([*args, "--policy-options", bad])
         assert exit_.value.code == 2 and message in capsys.readouterr().err
-
-
-def test_still_objects_are_added_still_and_clear_of_the_window(tmp_path_factory):
-    from ecrl.datasets import CollectConfig, DemoDataset, collect_dataset
-    from ecrl.diffusion.train import add_still_objects
-
-    path = tmp_path_factory.mktemp("demos") / "push2"
-    collect_dataset(path, CollectConfig(n_objects=(2,), episodes=4, progress=False))
-    dataset, rng = DemoDataset(path), np.random.default_rng(0)
-    windows, other = dataset.sample_windows(64, 4, rng), dataset.sample_windows(64, 4, rng)
-    out = add_still_objects(windows, other, 2, 0.05, rng)
-    assert out["observation"].shape == (64, 5, 5, ENTITY_DIM) and out["desired_goal"].shape == (64, 4, GOAL_DIM)
-    np.testing.assert_array_equal(out["observation"][:, :, :3], windows["observation"])  # the demonstration as it was
-    np.testing.assert_array_equal(out["action"], windows["action"])
-    kept = out["mask"][:, 3:]
-    assert kept.any() and not kept.all()  # some added, some refused or not drawn
-    np.testing.assert_array_equal(out["goal_mask"][:, 2:], kept)
-    extra = out["observation"][:, :, 3:]
-    assert (extra == extra[:, :1]).all() and (extra[..., ENTITY_FIELDS["velocity"]] == 0).all()  # held still
-    assert (extra.transpose(0, 2, 1, 3)[~kept] == 0).all() and (
-        out["desired_goal"][:, 2:][~kept] == 0
-    ).all()  # refused: padded rows
-    xy = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
-    for b, j in zip(*np.nonzero(kept), strict=True):
-        moving = windows["observation"][b][:, windows["mask"][b], xy].reshape(-1, 2)
-        assert np.linalg.norm(moving - extra[b, 0, j, xy], axis=-1).min() >= 0.05
-    with pytest.raises(ValueError, match="still_objects must be >= 0"):
-        tiny_config(path, tmp_path_factory.mktemp("runs"), still_objects=-1)
-    with pytest.raises(ValueError, match="flat planner's state windows only"):
-        tiny_config(path, tmp_path_factory.mktemp("runs"), still_objects=1, planner="hierarchical")

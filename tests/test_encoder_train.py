@@ -89,7 +89,7 @@ def test_init_starts_from_a_trained_encoder_and_refuses_another_architecture(fra
     trained = load_encoder(first).state_dict()
     fresh = build_encoder("particles", views=2, image_size=32, **parse_options("particles", TINY["particles"]))
     assert any(not torch.equal(trained[k], v) for k, v in fresh.state_dict().items())  # training moved the weights
-    options = (*TINY["particles"], "centring_weight=0.5")  # a loss weight may change
+    options = (*TINY["particles"], "foreground_weight=5")  # a loss weight may change
     second = train(tiny(frames_path, tmp_path / "b", "particles", init=first, options=options, lr=1e-9, steps=1))
     tuned = load_encoder(second.run_dir / "final").state_dict()
     assert all(torch.allclose(tuned[k], v, atol=1e-6) for k, v in trained.items())  # one step at lr 1e-9

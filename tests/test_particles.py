@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import ecrl.envs  # noqa: F401  (registers the environments)
+from ecrl.encoders import particles
 from ecrl.encoders.particles import PARTICLE_FIELDS, ParticleConfig, ParticleEncoder
 
 SMALL = {"image_size": 32, "glimpse": 8, "prior_keypoints": 8, "width": 16}
@@ -25,10 +26,10 @@ def frames() -> torch.Tensor:
     return torch.from_numpy(np.stack(views)).permute(0, 1, 4, 2, 3).float() / 255
 
 
-@pytest.mark.parametrize("views, k, stride", [(2, 8, 4), (1, 3, 2)])
-def test_output_shapes(views, k, stride):
+@pytest.mark.parametrize("views, k", [(2, 8), (1, 3)])
+def test_output_shapes(views, k):
     torch.manual_seed(0)
-    enc = ParticleEncoder(ParticleConfig(views=views, entities=k, heatmap_stride=stride))
+    enc = ParticleEncoder(ParticleConfig(views=views, entities=k))
     images = torch.rand(3, views, 3, 64, 64)
     out = enc(images)
     d = 6 + enc.config.feature_dim + enc.config.view_dim
@@ -164,15 +165,7 @@ def test_bad_images_raise(images, message):
         ({"glimpse": 128}, "glimpse"),
         ({"beta_kl": -1.0}, "beta_kl"),
         ({"prior_sigma": 0.0}, "prior_sigma"),
-        ({"heatmap_stride": 8}, "heatmap_stride"),
-        ({"suppression_px": 0.0}, "suppression_px"),
         ({"foreground_weight": -1.0}, "foreground_weight"),
-        ({"colour_detail": -0.5}, "colour_detail"),
-        ({"crop_zoom": 0.5}, "crop_zoom"),
-        ({"particle_scale": 1.0}, "particle_scale"),
-        ({"centring_weight": -1.0}, "centring_weight"),
-        ({"locality_weight": -0.1}, "locality_weight"),
-        ({"locality_start": -5}, "locality_start"),
         ({"glimpse_fade_start": 500, "glimpse_fade_end": 100}, "glimpse_fade"),
         ({"glimpse_fade_end": -1}, "glimpse_fade"),
         ({"agent_weight": -1.0}, "agent_weight"),
@@ -183,7 +176,7 @@ def test_bad_config_raises(change, message):
         ParticleConfig(**change)
 
 
-def test_glimpse_loss_fades_out_and_locality_ramps_in(frames):
+def test_glimpse_loss_fades_out(frames):
     enc = ParticleEncoder(ParticleConfig(beta_glimpse=2.0, glimpse_fade_start=100, glimpse_fade_end=300, **SMALL))
     weights = []
     for step in (0, 100, 200, 300, 1000):
@@ -195,13 +188,6 @@ def test_glimpse_loss_fades_out_and_locality_ramps_in(frames):
     assert out.losses["loss"].item() == pytest.approx(
         (out.losses["recon"] + enc.config.beta_kl * out.losses["kl"] / frames[0, 0].numel()).item(), rel=1e-5
     )
-    ramp = ParticleEncoder(ParticleConfig(locality_weight=0.4, locality_start=1000, **SMALL))
-    assert ramp.locality == 0.0  # off until its start
-    ramp.schedule(1250)
-    assert ramp.locality == pytest.approx(0.2)
-    ramp.schedule(5000)
-    assert ramp.locality == pytest.approx(0.4)
-    assert ParticleEncoder(ParticleConfig(locality_weight=0.4, **SMALL)).locality == 0.4
     still = ParticleEncoder(ParticleConfig(beta_glimpse=2.0, **SMALL))
     still.schedule(10_000)
     assert still.glimpse_weight == 2.0
@@ -225,48 +211,33 @@ def test_foreground_weight_makes_undrawn_foreground_cost_more():
     assert enc.reconstruction_loss(images, images, background) == 0
 
 
-def test_particle_colour_keeps_one_hue_per_glimpse():
+def test_particle_colour_keeps_one_hue_per_glimpse(monkeypatch):
     """With particle_colour and no detail, brightness moves all three channels' logits together, so
     every pixel of a glimpse has the same logit differences between channels: one hue per particle."""
     torch.manual_seed(0)
-    enc = ParticleEncoder(ParticleConfig(particle_colour=True, colour_detail=0.0, **SMALL))
-    logits = torch.logit(enc.glimpses(torch.randn(2, 3, enc.config.feature_dim))[:, :, :3].double())
+    enc = ParticleEncoder(ParticleConfig(particle_colour=True, **SMALL))
+    with monkeypatch.context() as patch:
+        patch.setattr(particles, "COLOUR_DETAIL", 0.0)
+        logits = torch.logit(enc.glimpses(torch.randn(2, 3, enc.config.feature_dim))[:, :, :3].double())
     hue = logits - logits[:, :, :1]  # (N, K, 3, g, g): each channel's logit minus red's
     assert (hue - hue.mean((-2, -1), keepdim=True)).abs().max() < 1e-4
     assert logits.std((-2, -1)).min() > 0  # brightness still varies over the glimpse
-    detailed = ParticleEncoder(ParticleConfig(particle_colour=True, colour_detail=0.5, **SMALL))
+    detailed = enc
     detail = torch.logit(detailed.glimpses(torch.randn(2, 3, enc.config.feature_dim))[:, :, :3].double())
     differences = detail - detail[:, :, :1]
     spread = differences.amax((-2, -1)) - differences.amin((-2, -1))
-    assert 0 < spread.max() <= 4 * 0.5 + 1e-4  # each channel's detail is within ±0.5: a difference spans at most 2
+    # each channel's detail is within ±COLOUR_DETAIL: a difference between two channels spans at most 4 times that
+    assert 0 < spread.max() <= 4 * particles.COLOUR_DETAIL + 1e-4
     plain = ParticleEncoder(ParticleConfig(**SMALL))
     assert not hasattr(plain, "glimpse_colour") and plain.glimpse_decoder[-1].out_channels == 4
 
 
-def test_crop_zoom_narrows_what_a_particle_is_encoded_from(monkeypatch):
-    """A bright frame 3-5 px from the centre of a dark 32-px image is in a full 8-px crop centred
-    there, and outside the crop of a particle zoomed ×2 (4 image pixels across)."""
-    images = torch.zeros(1, 1, 3, 32, 32)
-    images[..., 11:21, 11:21] = 1.0
-    images[..., 13:19, 13:19] = 0.0  # a dark centre 6 px across inside a 2 px bright frame
-    seen = {}
-    for zoom in (1.0, 2.0):
-        enc = ParticleEncoder(ParticleConfig(views=1, crop_zoom=zoom, **SMALL))
-        centre = lambda logits, images: torch.zeros(images.shape[0], logits.shape[1], 2)  # noqa: E731
-        monkeypatch.setattr(enc, "_keypoints", centre)
-        enc.glimpse_encoder.register_forward_hook(lambda m, args, out, z=zoom: seen.__setitem__(z, args[0]))
-        enc.encode(images)
-    assert seen[1.0].shape == seen[2.0].shape == (enc.config.entities, 3, 8, 8)
-    assert seen[1.0].amax() == 1.0  # the frame is in the full crop
-    assert seen[2.0].amax() == 0.0  # and not in the zoomed one
-
-
-@pytest.mark.parametrize("particle_scale, extent", [(0.0, 8 / 32), (0.1, 0.1)])
-def test_particle_scale_sets_the_drawn_extent_particles_start_from(particle_scale, extent):
+def test_particles_start_as_large_as_a_glimpse():
     torch.manual_seed(0)
-    enc = ParticleEncoder(ParticleConfig(particle_scale=particle_scale, **SMALL))
+    enc = ParticleEncoder(ParticleConfig(**SMALL))
     with torch.no_grad():
         rows, _ = enc.encode(torch.rand(2, 2, 3, 32, 32))
+    extent = 8 / 32  # glimpse / image_size
     assert rows[..., enc.fields()["scale"]].numpy() == pytest.approx(extent, abs=0.005)
     assert torch.sigmoid(torch.tensor(enc.scale_logit)).item() == pytest.approx(extent, rel=1e-4)  # the prior's mean
 
@@ -296,48 +267,6 @@ def test_explain_away_hides_what_earlier_particles_draw(frames, monkeypatch, tra
         assert torch.allclose(second[..., 1:-1, 1:-1], torch.tensor(0.5), atol=1e-4)
     else:
         assert torch.allclose(first, second)
-
-
-def test_centring_loss_is_zero_for_a_glimpse_drawn_on_its_centre():
-    enc = ParticleEncoder(ParticleConfig(centring_weight=1.0, **SMALL))
-    centred = torch.zeros(1, 2, 4, 8, 8)
-    centred[:, :, 3, 3:5, 3:5] = 1.0  # opacity on the 2×2 centre pixels of both glimpses
-    shifted = centred.roll(2, dims=-1)  # the same blobs two pixels to the right
-    opaque = torch.ones(1, 2)
-    assert enc.centring_loss(centred, opaque) == 0
-    # two pixels of an 8-px glimpse is half a half-side: (0.5)² for each particle
-    assert enc.centring_loss(shifted, opaque).item() == pytest.approx(0.25)
-    assert enc.centring_loss(shifted, torch.tensor([[1.0, 0.0]])).item() == pytest.approx(0.125)
-    torch.manual_seed(0)
-    out = enc(torch.rand(2, 2, 3, 32, 32))
-    assert out.losses["centring"] > 0  # a fresh decoder draws off-centre a little
-
-
-def test_locality_loss_prefers_the_particle_centred_on_a_pixel():
-    enc = ParticleEncoder(ParticleConfig(locality_weight=1.0, **SMALL))
-    mu = torch.tensor([[[-0.5, 0.0], [0.5, 0.0]]])  # two keypoints, left and right
-    left = torch.zeros(1, 2, 32, 32)
-    left[0, 0, 15:17, 7:9] = 1.0  # pixels around x = -0.5 drawn by the particle there
-    wrong = left.flip(1)  # the same pixels drawn by the particle on the right
-    assert enc.locality_loss(left, mu) == 0  # drawn by the nearest particle: free
-    assert enc.locality_loss(wrong, mu) > 0
-    assert enc.locality_loss(torch.zeros(1, 2, 32, 32), mu) == 0
-
-
-def test_close_keypoints_are_not_suppressed_by_a_narrow_bump():
-    """Two bright dots 4 px apart: a narrow suppression bump puts the first two keypoints on both."""
-    image = torch.zeros(1, 3, 64, 64)
-    image[0, :, 30:33, 20:23] = 1.0
-    image[0, :, 30:33, 24:27] = 1.0
-    centres = torch.tensor([[21.0, 31.0], [25.0, 31.0]])  # (x, y) pixel indices of the dots
-    found = {}
-    for px in (1.5, 8.0):
-        enc = ParticleEncoder(ParticleConfig(entities=2, heatmap_stride=2, suppression_px=px))
-        logits = torch.zeros(1, 2, 32, 32)
-        keypoints = (enc._keypoints(logits, image)[0] + 1) * 32 - 0.5  # to pixel indices
-        found[px] = torch.cdist(keypoints, centres).amin(0)  # each dot's distance to its nearest keypoint
-    assert found[1.5].max() < 2.0
-    assert found[8.0].max() > 2.0
 
 
 def test_agent_particle_reads_its_own_heatmap_and_the_others_keep_off_it():

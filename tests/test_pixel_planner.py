@@ -40,8 +40,6 @@ def test_generic_rows_train_and_sample_with_the_inpainted_step():
     assert torch.isfinite(terms.total)
     plan = sample(model.eval(), rows[:, 0], batch["desired_goal"], steps=2, mask=torch.ones(4, 6, dtype=torch.bool))
     assert plan.states.shape == (4, 4, 6, 5) and torch.equal(plan.states[:, 0], rows[:, 0])
-    with pytest.raises(ValueError, match="relative_goals"):
-        DenoiserConfig(entity_dim=5, relative_goals=True)
 
 
 def test_tracking_follows_entities_from_frame_to_frame():

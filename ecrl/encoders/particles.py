@@ -86,6 +86,12 @@ SALIENCY_GAIN = 100.0
 picks one salient thing rather than averaging several."""
 SUPPRESSION = 100.0
 """Logit penalty at an earlier keypoint in later heatmaps (a Gaussian bump), as large as the saliency."""
+SUPPRESSION_PX = 4.0
+"""Std in pixels of that bump (see :meth:`ParticleEncoder._keypoints`). A narrower one (1.5 px, with heatmaps
+at half the resolution) did not separate touching things (``results/encoders/ablation``)."""
+COLOUR_DETAIL = 0.5
+"""With ``particle_colour``: bound (in logits) of the per-channel detail added to a particle's shaded colour
+(anti-aliased edges, highlights)."""
 POSITION_SIGMA_INIT = 0.02
 """Initial posterior std of the keypoints (about half a pixel at 64 px), far below ``prior_sigma``."""
 LOGVAR_INIT = -4.0
@@ -96,8 +102,6 @@ BACKGROUND_STRIDE = 8
 """The background latent decodes to a ``H / 8 × W / 8`` correction of the canvas."""
 CANVAS_GAIN = 8.0
 """The canvas logits are ``CANVAS_GAIN × parameter``, so that Adam's steps move them as fast as weights."""
-LOCALITY_RAMP = 500
-"""Steps over which the locality loss ramps in from ``locality_start``."""
 AGENT_SIGMA = 0.5
 """With ``agent_weight``: std, in heatmap cells, of the Gaussian around the pusher's image position that
 the agent heatmap's softmax is fitted to."""
@@ -140,20 +144,6 @@ class ParticleConfig:
     ``1 + foreground_weight × (squared difference between image and background, summed over colour)``,
     normalised to mean 1. Objects of a few pixels barely move a plain MSE; this makes leaving them to
     the background cost (0: plain MSE)."""
-    locality_weight: float = 0.0
-    """Weight of the locality loss (:meth:`ParticleEncoder.locality_loss`): a pixel drawn by a particle
-    whose keypoint is not the nearest costs the difference of squared distances, so that where two
-    particles could draw a thing the one centred on it does (0: off). Without it the reconstruction does not care
-    which particle draws the pusher next to an object, and one particle often draws both."""
-    locality_start: int = 0
-    """Training step from which the locality loss ramps in (linearly over 500 steps). Switched on from
-    the start it makes drawing anything cheaper to leave to the background; once particles draw the
-    objects it only decides which particle draws what."""
-    heatmap_stride: int = 4
-    """Pixels per cell of the posterior heatmaps (2 or 4): the finer grid separates things that touch."""
-    suppression_px: float = 4.0
-    """Std in pixels of the bump that keeps later keypoints off earlier ones (see :meth:`ParticleEncoder._keypoints`).
-    It should be below the distance between touching things (about 4 px for the pusher and an object at 64 px)."""
     glimpse_fade_start: int = 0
     """Training step at which ``beta_glimpse`` starts to fade linearly to 0 (see ``glimpse_fade_end``)."""
     glimpse_fade_end: int = 0
@@ -161,22 +151,9 @@ class ParticleConfig:
     touching things; once the glimpse decoders draw, fading it out lets particles specialise."""
     particle_colour: bool = False
     """Each particle draws one colour, shaded: its glimpse's RGB logits are a per-particle colour plus a
-    per-pixel brightness shared by the three channels (plus ``colour_detail`` of free per-channel
-    detail). A particle cannot then draw a red object and the grey pusher beside it equally well, so
+    per-pixel brightness shared by the three channels (plus at most :data:`COLOUR_DETAIL` of free
+    per-channel detail). A particle cannot then draw a red object and the grey pusher beside it equally well, so
     the reconstruction prefers another particle for the pusher (off: free RGB per pixel)."""
-    colour_detail: float = 0.5
-    """With ``particle_colour``: bound (in logits) of the per-channel detail added to the shaded colour
-    (anti-aliased edges, highlights)."""
-    centring_weight: float = 0.0
-    """Weight of the centring loss (:meth:`ParticleEncoder.centring_loss`): a particle pays for drawing
-    off its keypoint, so that the keypoint is the centre of what it draws (0: off). Without it a
-    glimpse may draw its object anywhere inside it, and the keypoint is a pixel or two off the
-    object's centre, which the position probe then has to undo from the visual latent."""
-    particle_scale: float = 0.0
-    """Prior mean (and initial value) of a particle's drawn extent, as a fraction of the image side
-    (0: a glimpse's share, ``glimpse / image_size``). Smaller, a particle drawn on an object reaches
-    less of the pusher beside it; with ``crop_zoom`` at ``glimpse / (image_size · particle_scale)``
-    it is encoded from the same square of the image it draws into."""
     explain_away: bool = False
     """Particles are encoded one after the other (in keypoint order), each from the image with what the
     particles before it draw replaced by the background (their posterior-mean opacity, kept
@@ -193,11 +170,6 @@ class ParticleConfig:
     training signal only; encoding reads images alone. The other particles' keypoints are suppressed
     around the pusher (they come after it), so that the particle of an object next to the pusher is
     less often also the pusher's (see ``results/encoders/agent``)."""
-    crop_zoom: float = 1.0
-    """Magnification of the crops the particles are encoded from: a crop spans ``glimpse / crop_zoom``
-    image pixels around its keypoint, resampled to ``glimpse`` pixels. Above 1 a particle sees mostly
-    what is at its keypoint: the particle next to an object on the pusher then no longer encodes the
-    object that fills most of a full-size crop (1: the crop is as large as a glimpse)."""
 
     def __post_init__(self) -> None:
         check_config(self, ("prior_keypoints", "width", "feature_dim", "background_dim"))
@@ -212,28 +184,12 @@ class ParticleConfig:
             raise ValueError(
                 f"glimpse must be a multiple of 4 in [4, image_size={self.image_size}], got {self.glimpse}"
             )
-        if not 0 <= self.particle_scale < 1:
-            raise ValueError(f"particle_scale must be in [0, 1) (0: a glimpse's share), got {self.particle_scale}")
-        if not self.crop_zoom >= 1:
-            raise ValueError(f"crop_zoom must be >= 1, got {self.crop_zoom}")
-        for name in (
-            "beta_kl",
-            "beta_glimpse",
-            "foreground_weight",
-            "locality_weight",
-            "colour_detail",
-            "centring_weight",
-            "agent_weight",
-        ):
+        for name in ("beta_kl", "beta_glimpse", "foreground_weight", "agent_weight"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.prior_sigma > 0:
             raise ValueError(f"prior_sigma must be > 0, got {self.prior_sigma}")
-        if self.heatmap_stride not in (2, 4):
-            raise ValueError(f"heatmap_stride must be 2 or 4, got {self.heatmap_stride!r}")
-        if not self.suppression_px > 0:
-            raise ValueError(f"suppression_px must be > 0, got {self.suppression_px}")
-        for name in ("locality_start", "glimpse_fade_start", "glimpse_fade_end"):
+        for name in ("glimpse_fade_start", "glimpse_fade_end"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be a step count >= 0, got {getattr(self, name)!r}")
         if self.glimpse_fade_end and self.glimpse_fade_end < self.glimpse_fade_start:
@@ -289,14 +245,13 @@ class ParticleEncoder(EntityEncoder):
         c, w, g, s = config, config.width, config.glimpse, config.image_size
         self.glimpse_share = g / s
         """A glimpse's side as a fraction of the image side: the scale of the crops particles are encoded from."""
-        extent = c.particle_scale or self.glimpse_share
-        self.scale_logit = math.log(extent / (1 - extent + 1e-6))
-        """Mean of the prior of the scale logits: a particle as large as a glimpse (or ``particle_scale``)."""
+        self.scale_logit = math.log(self.glimpse_share / (1 - self.glimpse_share + 1e-6))
+        """Mean of the prior of the scale logits: a particle as large as a glimpse."""
         # Prior: a fixed random convolution (buffers: neither trained nor seen by optimisers).
         gen = torch.Generator().manual_seed(0)
         self.register_buffer("prior_filters", torch.randn(PRIOR_CHANNELS, 3, 3, 3, generator=gen) / 3.0)
         # Posterior keypoints: two stride-2 convolutions to a quarter of the resolution, then context.
-        self.trunk = nn.Sequential(_conv(5, w, 2), _conv(w, w, c.heatmap_stride // 2), _conv(w, w), _conv(w, w))
+        self.trunk = nn.Sequential(_conv(5, w, 2), _conv(w, w, 2), _conv(w, w), _conv(w, w))
         self.heatmaps = nn.Conv2d(w, c.entities, 1)
         nn.init.zeros_(self.heatmaps.weight)  # a fresh encoder's keypoints are the saliency's peaks
         nn.init.zeros_(self.heatmaps.bias)
@@ -346,13 +301,10 @@ class ParticleEncoder(EntityEncoder):
 
     def schedule(self, step: int) -> None:
         """Set the loss weights of gradient step ``step`` (training calls this every step): ``glimpse_weight``,
-        ``beta_glimpse`` faded out over the glimpse-fade steps, and ``locality``, ``locality_weight``
-        ramped in from ``locality_start``."""
+        ``beta_glimpse`` faded out over the glimpse-fade steps."""
         c = self.config
         fade = _ramp(step, c.glimpse_fade_start, c.glimpse_fade_end) if c.glimpse_fade_end else 0.0
         self.glimpse_weight = c.beta_glimpse * (1 - fade)
-        ramp = _ramp(step, c.locality_start, c.locality_start + LOCALITY_RAMP) if c.locality_start else 1.0
-        self.locality = c.locality_weight * ramp
 
     @property
     def uses_agent(self) -> bool:
@@ -394,7 +346,7 @@ class ParticleEncoder(EntityEncoder):
         trunk = self.trunk(torch.cat([images, self.coords.expand(n, -1, -1, -1)], 1))
         logits = self.heatmaps(trunk)
         anchor = self._keypoints(logits, images)  # (N, K, 2)
-        share = torch.full_like(anchor, self.glimpse_share / c.crop_zoom)
+        share = torch.full_like(anchor, self.glimpse_share)
         pooled = trunk.mean((-2, -1))
         if c.explain_away:
             stats = self._explain_away(images, anchor.detach(), share, self._background(pooled, b, False)[0])
@@ -459,7 +411,7 @@ class ParticleEncoder(EntityEncoder):
         saliency = F.adaptive_avg_pool2d(energy[:, None], (h, w))
         saliency = SALIENCY_GAIN * saliency / saliency.flatten(1).amax(1).clamp_min(1e-8)[:, None, None, None]
         xs, ys = pixel_centres(w, logits), pixel_centres(h, logits)
-        width = self.config.suppression_px * 2 / self.config.image_size
+        width = SUPPRESSION_PX * 2 / self.config.image_size
         taken = torch.zeros_like(saliency[:, 0])  # (N, h, w)
         keypoints = []
         for k in range(logits.shape[1]):
@@ -520,14 +472,14 @@ class ParticleEncoder(EntityEncoder):
         """RGBA glimpses ``(N, K, 4, g, g)`` in ``[0, 1]`` of visual latents ``features (N, K, F)``.
 
         With ``particle_colour`` the RGB logits are the particle's colour (a linear map of its latent)
-        plus the decoded per-pixel brightness and ``colour_detail · tanh`` of the decoded per-channel
+        plus the decoded per-pixel brightness and ``COLOUR_DETAIL · tanh`` of the decoded per-channel
         detail; otherwise the decoded RGB logits are used as they are.
         """
         flat = features.flatten(0, 1)
         out = self.glimpse_decoder(flat)
         if self.config.particle_colour:
             colour = self.glimpse_colour(flat)[..., None, None]
-            rgb = colour + out[:, 4:] + self.config.colour_detail * torch.tanh(out[:, :3])
+            rgb = colour + out[:, 4:] + COLOUR_DETAIL * torch.tanh(out[:, :3])
             out = torch.cat([rgb, out[:, 3:4]], 1)
         return torch.sigmoid(out).unflatten(0, features.shape[:2])
 
@@ -632,8 +584,6 @@ class ParticleEncoder(EntityEncoder):
         kl_features = _gaussian_kl(post["features"], post["features_logvar"], 0.0, 0.0).sum((1, 2))
         kl = (kl_keypoints + kl_attributes + kl_features).mean()
         recon_loss = self.reconstruction_loss(recon, flat, background)
-        locality = self.locality_loss(alpha, mu) if self.locality else recon_loss.new_zeros(())
-        centring = self.centring_loss(glimpses, post["transparency"])
         if agent is not None and self.uses_agent:
             agent_loss = self.agent_loss(post["agent_logits"], agent.flatten(0, 1))
         else:
@@ -642,12 +592,8 @@ class ParticleEncoder(EntityEncoder):
             "loss": recon_loss
             + self.glimpse_weight * glimpse_loss
             + c.agent_weight * agent_loss
-            + self.locality * locality
-            + c.centring_weight * centring
             + c.beta_kl * kl / flat[0].numel(),
             "recon": recon_loss,
-            "locality": locality,
-            "centring": centring,
             "agent": agent_loss,
             "glimpse": glimpse_loss,
             "kl": kl,
@@ -680,24 +626,6 @@ class ParticleEncoder(EntityEncoder):
             weight = weight / weight.mean((-2, -1), keepdim=True)
         return (weight * (recon - images).square()).mean()
 
-    def locality_loss(self, alpha: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
-        """How far from the nearest keypoint each pixel is drawn: mean over pixels of
-        ``sum_k alpha_k(p) · (|p - mu_k|² - min_j |p - mu_j|²)``, distances in glimpse half-sides.
-
-        ``alpha (N, K, H, W)``: each particle's share of each pixel; ``mu (N, K, 2)``: keypoints.
-        It is zero when every pixel is drawn by the particle whose keypoint is nearest, whatever
-        is drawn, so it breaks the reconstruction's indifference about who draws a thing without
-        discouraging drawing. Distances are measured in units of the fixed glimpse size (not the
-        particle's learned scale), so growing a particle does not make its far pixels cheaper.
-        """
-        h, w = alpha.shape[-2:]
-        xs, ys = pixel_centres(w, mu), pixel_centres(h, mu)
-        dx = ((xs - mu[..., :1]) / self.glimpse_share).square()  # (N, K, W)
-        dy = ((ys - mu[..., 1:]) / self.glimpse_share).square()  # (N, K, H)
-        distance = dy[..., None] + dx[:, :, None, :]  # (N, K, H, W)
-        excess = distance - distance.detach().amin(1, keepdim=True)
-        return (alpha * excess).sum(1).mean()
-
     @staticmethod
     def agent_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """How far the agent heatmap is from the pusher, averaged over the images where it is in view.
@@ -717,20 +645,6 @@ class ParticleEncoder(EntityEncoder):
         wanted = (gy[:, :, None] + gx[:, None, :]).flatten(1).softmax(-1)
         kl = (torch.special.xlogy(wanted, wanted) - wanted * logits.flatten(1).log_softmax(-1)).sum(-1)
         return (kl * inside).sum() / inside.sum().clamp_min(1)
-
-    def centring_loss(self, glimpses: torch.Tensor, transparency: torch.Tensor) -> torch.Tensor:
-        """How far off its centre each glimpse draws: the squared distance of the centre of mass of its
-        opacity from the glimpse's centre (in glimpse half-sides), weighted by the particle's
-        transparency (detached: a faint particle is not pushed to fade further) and averaged.
-
-        ``glimpses (N, K, 4, g, g)``: RGBA glimpses; ``transparency (N, K)``.
-        """
-        opacity = glimpses[:, :, 3]  # (N, K, g, g)
-        line = pixel_centres(opacity.shape[-1], opacity)
-        mass = opacity.sum((-2, -1)).clamp_min(1e-6)
-        cx = (opacity.sum(-2) * line).sum(-1) / mass
-        cy = (opacity.sum(-1) * line).sum(-1) / mass
-        return (transparency.detach() * (cx.square() + cy.square())).mean()
 
     def glimpse_loss(
         self,

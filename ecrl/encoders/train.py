@@ -39,6 +39,7 @@ from ecrl.encoders.base import EntityEncoder
 from ecrl.encoders.data import Frames
 from ecrl.encoders.evaluate import EncoderScores, score_encoder
 from ecrl.encoders.io import ENCODER, build_encoder, encoder_class, load_encoder, save_encoder
+from ecrl.retired import drop_retired, retired_types
 from ecrl.training import (
     RunOptions,
     append_csv,
@@ -77,7 +78,7 @@ class EncoderTrainConfig(RunOptions):
     """CNN channels (default: the encoder's own default)."""
     init: Path | None = None
     """Start from the weights of this encoder checkpoint (fine-tuning) instead of a fresh encoder: its kind and
-    architecture must be this run's; loss weights and schedules (e.g. ``centring_weight``) may differ."""
+    architecture must be this run's; loss weights and schedules (e.g. ``foreground_weight``) may differ."""
     options: tuple[str, ...] = ()
     """More encoder options as ``name=value`` (e.g. ``slot_dim=64`` or ``beta_kl=0.1``); see the encoder's config."""
     steps: int = 20_000
@@ -128,14 +129,15 @@ class EncoderTrainConfig(RunOptions):
 
 def parse_options(kind: str, options: tuple[str, ...]) -> dict[str, Any]:
     """``("name=value", …)`` → typed encoder config fields of ``kind``; ValueError on anything else."""
-    types = typing.get_type_hints(encoder_class(kind).Config)
+    encoder = encoder_class(kind)
+    types = typing.get_type_hints(encoder.Config) | retired_types(encoder)
     out: dict[str, Any] = {}
     for option in options:
         name, value = parse_assignment(option, types, f"{kind} encoder option")
         if name in ("views", "image_size"):
             raise ValueError(f"encoder option {name!r} comes from the dataset; it cannot be set")
         out[name] = value
-    return out
+    return drop_retired(encoder, out)
 
 
 @dataclass
