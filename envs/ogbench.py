@@ -221,8 +221,8 @@ class OGBenchCubeEnv(gym.Env):
             ogb_options = {"task_id": int(task_id)}
         elif "task_id" in options:
             raise ValueError("task_id is an option of task mode; play mode has no evaluation tasks")
-        # Seed OGBench's generator from ours, so that a seeded reset fixes OGBench's scene too.
-        ogb_seed = int(self.np_random.integers(2**31)) if seed is not None else None
+        # OGBench gets the same seed: reset(seed=s) here is OGBench's own reset(seed=s) on the same task.
+        ogb_seed = seed
         with warnings.catch_warnings():
             # OGBench's task reset samples from a fresh float64-bounded Box, which gymnasium warns about.
             warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
@@ -273,6 +273,7 @@ class OGBenchCubeEnv(gym.Env):
         goal[:n, _G["shape"]] = shape_one_hot("cube")
         goal[:n, _G["colour"]] = rgb
         self._obs_buf, self._achieved_buf, self._desired_buf = obs, goal, goal.copy()
+        self._present = goal[:, _G["present"].start] > 0.5
 
     # ------------------------------------------------------------------ step
     def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool, dict]:
@@ -284,8 +285,10 @@ class OGBenchCubeEnv(gym.Env):
         self._steps += 1
         obs = self.observe()
         info = self._info(bool(self.ogbench_info["success"]))
-        reward = self.compute_reward(obs["achieved_goal"], obs["desired_goal"], info)
-        return obs, reward, bool(terminated), self._steps >= self.max_episode_steps, info
+        # compute_reward on this step's rows, bit for bit, without its batch handling (cubes differ in colour).
+        dist = goals.norm(self._achieved_buf[:, _G["position"]] - self._desired_buf[:, _G["position"]])
+        reward = goals.reward_from_distances(dist, self._present, self.distance_threshold, self.reward_type)
+        return obs, float(reward), bool(terminated), self._steps >= self.max_episode_steps, info
 
     def observe(self) -> dict[str, np.ndarray]:
         """The observation of the simulator's current state (what :meth:`step` returns)."""
@@ -301,7 +304,8 @@ class OGBenchCubeEnv(gym.Env):
         obs[0, _VEL] = (effector - self._prev_effector) / self._dt
         obs[0, _SIN], obs[0, _COS] = math.sin(effector_yaw), math.cos(effector_yaw)
         obs[0, _OPENING] = min(max(data.qpos[self._gripper_q] / 0.8, 0.0), 1.0)  # OGBench's gripper_opening
-        obs[0, _CONTACT] = min(np.linalg.norm(data.cfrc_ext[self._pad]) / 50, 1.0)  # its gripper_contact
+        force = data.cfrc_ext[self._pad]
+        obs[0, _CONTACT] = min(math.sqrt(force @ force) / 50, 1.0)  # its gripper_contact
         rows = slice(1, 1 + n)
         obs[rows, _POS] = pos
         obs[rows, _SIN], obs[rows, _COS] = np.sin(yaw), np.cos(yaw)
