@@ -277,8 +277,9 @@ class OGBenchCubeEnv(gym.Env):
 
     # ------------------------------------------------------------------ step
     def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool, dict]:
-        a = np.asarray(action, dtype=np.float64)
-        if a.shape != (ACTION_DIM,) or not np.isfinite(a).all():
+        # OGBench gets the action as given: its dtype changes its float arithmetic (float32 rounds differently).
+        a = np.asarray(action)
+        if a.shape != (ACTION_DIM,) or a.dtype.kind not in "fiu" or not np.isfinite(a).all():
             raise ValueError(f"action must be a finite array of shape ({ACTION_DIM},), got {a.shape} {a!r}")
         self._prev_effector = self._data.site_xpos[self._pinch].copy()
         _, _, terminated, _, self.ogbench_info = self.ogbench_env.step(a)
@@ -299,7 +300,8 @@ class OGBenchCubeEnv(gym.Env):
         obs = self._obs_buf
         effector = data.site_xpos[self._pinch]
         mujoco.mju_mat2Quat(self._quat, data.site_xmat[self._pinch])
-        effector_yaw = float(_yaw_of_quat(self._quat))
+        w, x, y, z = self._quat.tolist()  # four numbers: plain floats are cheaper than numpy calls
+        effector_yaw = math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
         obs[0, _POS] = effector - TABLE_CENTRE
         obs[0, _VEL] = (effector - self._prev_effector) / self._dt
         obs[0, _SIN], obs[0, _COS] = math.sin(effector_yaw), math.cos(effector_yaw)

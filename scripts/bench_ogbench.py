@@ -1,10 +1,13 @@
 """`ecrl-bench ogbench`: the OGBench cube adapter's step time against OGBench's own env, and play data speed.
 
-For each number of cubes, three envs step the same seeded random actions on the same evaluation
-task (`task_id`), round-robin within each repeat so that they see the same machine load: OGBench's
-own env (`cube-<size>-v0`, unwrapped: its `step` alone), the adapter unwrapped (`OGBenchCubeEnv`:
-OGBench's step plus entity rows and reward) and the adapter through `gym.make` (what users get).
-The target is on the unwrapped pair. Runs are shorter than an episode, so no reset is timed.
+For each number of cubes, three envs step the same seeded random actions from the same seeded
+reset of the same evaluation task (`task_id`), so they simulate the same trajectory: OGBench's own
+env (`cube-<size>-v0`, unwrapped: its `step` alone), the adapter unwrapped (`OGBenchCubeEnv`:
+OGBench's step plus entity rows and reward) and the adapter through `gym.make` (what users get);
+the final states of OGBench's env and the adapter's are checked to be equal, bit for bit.
+Their steps are interleaved one by one (in a rotating order) and each is timed on its own, so that a
+shared machine's changing load falls on all three alike. The target is on the unwrapped pair. Runs
+are shorter than an episode, so no reset is timed.
 *Play* times OGBench's plan oracle driving the adapter in play mode (`CubePlayOracle`, what
 `ecrl-collect --env ogbench-cube --play` runs per step, without the dataset writing).
 
@@ -27,7 +30,7 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ecrl.reporting import markdown_table, report_header  # noqa: E402
-from ecrl.scripts.bench_envs import _actions, _reduce, _timed, time_steps  # noqa: E402
+from ecrl.scripts.bench_envs import _actions, _reduce, _timed  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,25 @@ class _OnTask:
         return self.env.step(action)
 
 
+def time_interleaved(envs: dict[str, Any], actions: np.ndarray, seed: int) -> dict[str, float]:
+    """Seconds per step of each env over ``actions: (T, A)`` from ``reset(seed)``, steps interleaved."""
+    names = list(envs)
+
+    def run() -> dict[str, float]:
+        for env in envs.values():
+            env.reset(seed=seed)
+        total = dict.fromkeys(names, 0.0)
+        for t, action in enumerate(actions):
+            for k in range(len(names)):
+                name = names[(t + k) % len(names)]
+                start = time.perf_counter()
+                envs[name].step(action)
+                total[name] += time.perf_counter() - start
+        return total
+
+    return {name: seconds / len(actions) for name, seconds in _timed(run).items()}
+
+
 def time_play(n: int, steps: int, seed: int) -> float:
     """Seconds per step of play data: OGBench's plan oracle acting on the adapter in play mode."""
     from ecrl.envs.ogbench import CubePlayOracle
@@ -113,13 +135,13 @@ def measure(args: OGBenchArgs) -> dict[str, Any]:
     rows, play = [], []
     for n in args.n_cubes:
         own = gym.make(f"cube-{CUBE_ENV_TYPES[n]}-v0", disable_env_checker=True).unwrapped
-        adapter = gym.make("ecrl/OGBenchCube-v0", n_cubes=n, task_id=args.task_id)
-        envs = {"ogbench": _OnTask(own, args.task_id), "adapter": adapter.unwrapped, "adapter_make": adapter}
-        actions = _actions(adapter.action_space, args.steps, args.seed)
+        made = [gym.make("ecrl/OGBenchCube-v0", n_cubes=n, task_id=args.task_id) for _ in range(2)]
+        envs = {"ogbench": _OnTask(own, args.task_id), "adapter": made[0].unwrapped, "adapter_make": made[1]}
+        actions = _actions(made[0].action_space, args.steps, args.seed)
         times: dict[str, list[float]] = {k: [] for k in envs}
         for _ in range(args.repeats):
-            for key, env in envs.items():
-                times[key].append(time_steps(env, actions, args.seed))
+            for key, seconds in time_interleaved(envs, actions, args.seed).items():
+                times[key].append(seconds)
         t = {k: _reduce(v, args.reduce) for k, v in times.items()}
         rows.append(
             {
@@ -135,8 +157,10 @@ def measure(args: OGBenchArgs) -> dict[str, Any]:
                 "raw_seconds": times,
             }
         )
-        own.close()
-        adapter.close()
+        if not np.array_equal(own._data.qpos, made[0].unwrapped.ogbench_env._data.qpos):
+            raise RuntimeError(f"cube-{n}: the adapter's simulation left OGBench's trajectory")
+        for env in (own, *made):
+            env.close()
     if args.play_steps:
         seconds = _reduce(
             [time_play(args.play_n, args.play_steps, args.seed) for _ in range(args.repeats)], args.reduce
@@ -229,7 +253,8 @@ def write_readme(path: Path, command: str, args: OGBenchArgs, result: dict[str, 
     lines = [
         *report_header("OGBench cubes: adapter speed", command),
         f"{args.reduce.capitalize()} of {args.repeats} runs each; {args.steps} seeded random-action steps per run on "
-        f"evaluation task {args.task_id}, the three envs of a size timed round-robin in one process. Machine: "
+        f"evaluation task {args.task_id}, the steps of the three envs of a size interleaved one by one and timed "
+        f"each on its own, in one process. Machine: "
         f"{m['cpus']} CPUs ({m['processor']}), mujoco {m['mujoco']}, numpy {m['numpy']}.",
         "",
         tables(result),
