@@ -19,7 +19,8 @@ field's ``[start, stop)`` columns), ``shards`` (one entry per shard: ``file``, `
 ``steps``, ``n_max``, ``successes``), the totals ``episodes``, ``steps`` and ``dropped`` (failed
 episodes left out), ``next_seed`` (where an appended collection starts by default) and
 ``collections``: one record per run that added episodes (its config, command, seeds, counts,
-shards and provenance).
+shards and provenance). A run that was interrupted (``complete`` false) keeps, on the next
+``--append``, only the seeds up to its last shard (``seeds_done``), and the append continues there.
 
 A shard holds ``E`` episodes concatenated along time. Episode ``e`` has ``T_e`` steps
 (actions) and ``T_e + 1`` states; with ``S = sum(T_e)`` steps and ``m`` = the largest number of
@@ -32,7 +33,9 @@ array                   shape                   dtype      meaning
 ``achieved_goal``       ``(S + E, m, Dg)``      float32    goal rows of the objects' positions, per state
 ``desired_goal``        ``(E, m, Dg)``          float32    goal rows of the targets, per episode (push
                                                            goals are static: they are read at reset)
-``action``              ``(S, 2)``              float32    the action taken in state s_t, in [-1, 1]
+``action``              ``(S, A)``              float32    the action taken in state s_t, in [-1, 1]
+                                                           (``A = meta["action_dim"]``: 2 for push, 5
+                                                           for OGBench cubes)
 ``reward``              ``(S,)``                float32    the env reward of that step
 ``is_success``          ``(S,)``                bool       every object placed after that step
 ``expert_random``       ``(S,)``                bool       the scripted expert's random step out of a
@@ -59,6 +62,13 @@ collection appended to it must render the same way. ``--random-actions p`` repla
 with probability ``p``, by a uniformly random one (flagged in ``expert_random``): ``p = 1`` gives
 random rollouts, whose frames show the objects in places an expert would not push them to.
 
+*OGBench cube datasets* (``ecrl-collect --env ogbench-cube``, see :mod:`ecrl.envs.ogbench`) have
+5-D actions and play episodes: play has no goal of its own, so an episode's ``desired_goal`` is its
+last ``achieved_goal`` (a hindsight goal) and ``reward``/``is_success``/``success`` are measured
+against it (every cube within 4 cm). Their ``task_json`` entries are
+:class:`~ecrl.envs.ogbench.OGBenchCubeTask` dicts (``"benchmark": "ogbench"``); an episode converted
+from an OGBench file has seed -1 (no reset seed).
+
 Everything loads with ``np.load(..., allow_pickle=False)``. Once every object is placed the
 scripted expert idles; an episode keeps at most ``idle_steps`` idle steps (zero action in a solved
 state: enough to show how to stop, not so many that zeros swamp the data) and ends there.
@@ -82,7 +92,7 @@ import os
 import time
 import warnings
 import zipfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -92,6 +102,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ecrl.envs import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, ScriptedExpert, TaskSpec
+from ecrl.envs import ogbench as ogb
 from ecrl.envs.scene import CAMERAS, MAIN_CAMERAS
 from ecrl.evaluation import EVAL_SEED, BatchPolicy, check_settings, describe
 from ecrl.reporting import provenance
@@ -106,11 +117,14 @@ __all__ = [
     "DemoDataset",
     "Episode",
     "collect_dataset",
+    "import_ogbench_dataset",
     "read_meta",
 ]
 
 FORMAT, VERSION, META = "ecrl.demos", 1, "meta.json"
 ACTION_DIM = 2
+"""Action width of push datasets (an OGBench cube dataset's is :data:`ecrl.envs.ogbench.ACTION_DIM`)."""
+ENVS = ("push", "ogbench-cube")
 _STEP_KEYS = ("action", "reward", "is_success", "expert_random")
 _EPISODE_KEYS = ("episode_starts", "episode_lengths", "n_objects", "seed", "success")
 SHARD_KEYS = ("observation", "achieved_goal", "desired_goal", *_STEP_KEYS, *_EPISODE_KEYS, "task_json")
@@ -129,11 +143,11 @@ class Episode:
         observation: ``(T + 1, 1 + n, ENTITY_DIM)`` entity rows of states s_0 … s_T.
         achieved_goal: ``(T + 1, n, GOAL_DIM)`` goal rows at the objects' positions.
         desired_goal: ``(n, GOAL_DIM)`` the targets (static within an episode).
-        action: ``(T, 2)`` actions in ``[-1, 1]``.
+        action: ``(T, A)`` actions in ``[-1, 1]``.
         reward: ``(T,)`` env rewards.
         is_success: ``(T,)`` bool, every object placed after the step.
         expert_random: ``(T,)`` bool, the expert's random steps out of a stall (or ``--random-actions``).
-        task: the episode's task.
+        task: the episode's task (an :class:`~ecrl.envs.ogbench.OGBenchCubeTask` for OGBench cubes).
         seed: the reset seed.
         success: every object placed at the end.
     """
@@ -145,7 +159,7 @@ class Episode:
     reward: np.ndarray
     is_success: np.ndarray
     expert_random: np.ndarray
-    task: TaskSpec
+    task: TaskSpec | ogb.OGBenchCubeTask
     seed: int
     success: bool
     pixels: np.ndarray | None = None
@@ -200,6 +214,12 @@ class CollectConfig:
     """Cameras the frames come from (with ``--pixels``)."""
     random_actions: float = 0.0
     """Probability that a step's action is replaced by a uniformly random one (1: random rollouts)."""
+    env: Literal["push", "ogbench-cube"] = "push"
+    """Environment: the library's push env, or OGBench's cubes (``n_objects`` in 1, 2, 3, 4, 8; extra ``ecrl[ogbench]``)."""
+    play: bool = False
+    """OGBench cubes: play data from OGBench's own oracle, by its ``cube-*-play`` recipe (every episode is kept)."""
+    play_steps: int = ogb.PLAY_EPISODE_STEPS
+    """OGBench cubes, play: steps per episode (OGBench's recipe: 1001)."""
 
     def __post_init__(self) -> None:
         self.n_objects, self.parts = tuple(int(n) for n in self.n_objects), tuple(self.parts)
@@ -218,6 +238,22 @@ class CollectConfig:
             raise ValueError(f"cameras must be a non-empty selection of {list(CAMERAS)}, got {list(self.cameras)}")
         if not 0.0 <= self.random_actions <= 1.0:
             raise ValueError(f"random_actions must be a probability in [0, 1], got {self.random_actions}")
+        if self.env not in ENVS:
+            raise ValueError(f"unknown env {self.env!r}: expected one of {list(ENVS)}")
+        if self.env == "ogbench-cube":
+            for n in self.n_objects:
+                ogb.check_n_cubes(n)
+            if self.goal != "positions" or self.split is not None or self.pixels is not None:
+                raise ValueError("OGBench cubes have their own goals: goal, split and pixels are push options")
+        elif self.play:
+            raise ValueError("play data is collected on OGBench cubes: pass --env ogbench-cube with --play")
+        if self.play_steps < 1:
+            raise ValueError(f"play_steps must be >= 1, got {self.play_steps}")
+
+    @property
+    def action_dim(self) -> int:
+        """Width of the actions this collection records."""
+        return ogb.ACTION_DIM if self.env == "ogbench-cube" else ACTION_DIM
 
 
 @dataclass
@@ -255,14 +291,15 @@ class _Policy:
         self.policy = policy
 
     def reset(self, envs: Sequence[gym.Env], seeds: Sequence[int]) -> None:
+        self.action_dim = envs[0].action_space.shape[0]
         if hasattr(self.policy, "reset"):
             self.policy.reset(envs, seeds)
 
     def act(self, obs: Mapping[str, np.ndarray], active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         actions = np.asarray(self.policy.act(obs), dtype=np.float32)
-        if actions.shape != (len(active), ACTION_DIM):
+        if actions.shape != (len(active), self.action_dim):
             raise ValueError(
-                f"policy.act returned actions of shape {actions.shape}, expected {(len(active), ACTION_DIM)}"
+                f"policy.act returned actions of shape {actions.shape}, expected {(len(active), self.action_dim)}"
             )
         return actions, np.zeros(len(active), bool)
 
@@ -276,10 +313,11 @@ def _frames(env: Any, cameras: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
 def _rollout(
     envs: list[gym.Env],
     seeds: list[int],
-    actor: _Expert | _Policy,
+    actor: _Expert | _Policy | ogb.CubePlayOracle,
     idle_steps: int | None,
     cameras: Sequence[str] | None = None,
     random_actions: float = 0.0,
+    on_steps: Callable[[int], Any] | None = None,
 ) -> list[Episode]:
     """One episode per env, side by side; an episode ends at the horizon or after ``idle_steps`` idle steps.
 
@@ -287,7 +325,7 @@ def _rollout(
     expert's "nothing to do"); the idle steps before the cut stay in the data: they show how to stop.
     With ``cameras``, every state is rendered from them too. With ``random_actions = p``, each action
     is replaced by a uniform random one with probability ``p`` (drawn from a generator seeded by the
-    episode seeds, so a collection stays deterministic).
+    episode seeds, so a collection stays deterministic). ``on_steps(k)`` hears of every ``k`` env steps taken.
     """
     resets = [env.reset(seed=s) for env, s in zip(envs, seeds, strict=True)]
     actor.reset(envs, seeds)
@@ -305,18 +343,22 @@ def _rollout(
             swap = rng.random(b) < random_actions
             actions = np.where(swap[:, None], rng.uniform(-1, 1, actions.shape), actions).astype(np.float32)
             random = random | swap
+        stepped = 0
         for i in np.flatnonzero(active):
             idle[i] = idle[i] + 1 if solved[i] and not actions[i].any() else 0
             if idle_steps is not None and idle[i] > idle_steps:
                 active[i] = False
                 continue
             obs[i], reward, terminated, truncated, info = envs[i].step(actions[i])
+            stepped += 1
             solved[i] = info["is_success"]
             states[i].append(obs[i])
             if cameras:
                 frames[i].append(_frames(envs[i].unwrapped, cameras))
             steps[i].append((actions[i], reward, info["is_success"], random[i]))
             active[i] = not (terminated or truncated)
+        if on_steps is not None:
+            on_steps(stepped)
     return [
         _episode(env.unwrapped, seed, s, t, bool(ok), f)
         for env, seed, s, t, ok, f in zip(envs, seeds, states, steps, solved, frames, strict=True)
@@ -334,15 +376,20 @@ def _episode(
     """An :class:`Episode` from the observations, ``(action, reward, is_success, random)`` steps and
     (optionally) ``(rgb, segmentation)`` frames of a rollout."""
     n = env.n_objects
-    desired = states[0]["desired_goal"][:n]
-    if not np.array_equal(states[-1]["desired_goal"][:n], desired):
-        raise RuntimeError("desired_goal changed during an episode; this dataset format stores it per episode")
+    achieved = np.stack([o["achieved_goal"][:n] for o in states])
     action, reward, is_success, random = (list(x) for x in zip(*steps, strict=True)) if steps else ([], [], [], [])
+    if getattr(env, "mode", None) == "play":  # OGBench play: the episode's end is its goal
+        desired, reward, is_success = ogb.hindsight_goals(achieved)
+        success = bool(is_success[-1]) if len(is_success) else True
+    else:
+        desired = states[0]["desired_goal"][:n]
+        if not np.array_equal(states[-1]["desired_goal"][:n], desired):
+            raise RuntimeError("desired_goal changed during an episode; this dataset format stores it per episode")
     return Episode(
         observation=np.stack([o["observation"][: 1 + n] for o in states]).astype(np.float32),
-        achieved_goal=np.stack([o["achieved_goal"][:n] for o in states]).astype(np.float32),
+        achieved_goal=achieved.astype(np.float32),
         desired_goal=desired.astype(np.float32),
-        action=np.array(action, np.float32).reshape(-1, ACTION_DIM),
+        action=np.array(action, np.float32).reshape(len(action), env.action_space.shape[0]),
         reward=np.array(reward, np.float32),
         is_success=np.array(is_success, bool),
         expert_random=np.array(random, bool),
@@ -365,10 +412,14 @@ def collect_dataset(
 ) -> CollectResult:
     """Roll out ``policy`` (default: the scripted expert) as ``config`` says and write the episodes to ``path``.
 
+    With ``config.env = "ogbench-cube"`` the episodes run on :class:`~ecrl.envs.ogbench.OGBenchCubeEnv`:
+    ``config.play`` rolls out OGBench's play oracle (:class:`~ecrl.envs.ogbench.CubePlayOracle`) in
+    play mode, a ``policy`` acts on OGBench's evaluation tasks otherwise.
+
     Args:
         path: the dataset directory; created if missing.
         config: what to collect (default: :class:`CollectConfig`'s defaults).
-        policy: ``act(obs) -> (B, 2)`` for a batch of observations, optionally ``reset(envs, seeds)``
+        policy: ``act(obs) -> (B, A)`` for a batch of observations, optionally ``reset(envs, seeds)``
             (e.g. :func:`ecrl.load`'s policies); ``None``: the scripted expert.
         append: add to an existing dataset; without it an existing dataset is an error.
         command: the command line that asked for this (recorded in ``meta.json``).
@@ -379,9 +430,14 @@ def collect_dataset(
             (with ``append``) the seeds would repeat episodes already in it.
     """
     config = config or CollectConfig()
-    if config.random_actions == 1 and config.only_success:
+    if config.random_actions == 1 and config.only_success and not config.play:
         raise ValueError("random_actions = 1 rolls out no expert at all, so keep failures too (only_success=False)")
-    writer = _Writer(Path(path), append, config.shard_episodes)
+    ogbench = config.env == "ogbench-cube"
+    if ogbench and policy is None and not config.play:
+        raise ValueError("OGBench cubes have a scripted oracle for play data only: pass --play, or a --policy")
+    if ogbench and policy is not None and config.play:
+        raise ValueError("play data comes from OGBench's oracle: pass --play or a --policy, not both")
+    writer = _Writer(Path(path), append, config.shard_episodes, config.action_dim)
     pixels = {"size": config.pixels, "cameras": list(config.cameras)} if config.pixels else None
     if writer.meta["episodes"] and writer.meta.get("pixels") != pixels:
         raise DatasetError(
@@ -398,7 +454,7 @@ def collect_dataset(
             "would be in the training data",
             stacklevel=2,
         )
-    source = {"source": "scripted_expert"}
+    source = {"source": "ogbench_play_oracle" if config.play else "scripted_expert"}
     if policy is not None:
         source = {"source": "policy", **describe(policy), **dict(policy_info or {})}
     record: dict[str, Any] = {
@@ -413,29 +469,42 @@ def collect_dataset(
         "provenance": provenance(),
     }
     writer.start(record)
-    actor: _Expert | _Policy = _Expert() if policy is None else _Policy(policy)
+    actor: _Expert | _Policy | ogb.CubePlayOracle = _Policy(policy) if policy is not None else _Expert()
+    if config.play:
+        actor = ogb.CubePlayOracle()
+    keep_all = config.play or not config.only_success  # a play episode has no goal to fail
     started, k = time.perf_counter(), seed
-    bar = tqdm(total=total, desc="collect", unit="ep", dynamic_ncols=True, disable=not config.progress)
+    # Play episodes are long (1,001 steps): their bar counts steps, as they happen.
+    unit, per_episode = ("step", config.play_steps) if config.play else ("ep", 1)
+    bar = tqdm(total=total * per_episode, desc="collect", unit=unit, dynamic_ncols=True, disable=not config.progress)
+    on_steps = bar.update if config.play else None
     for part in config.parts:
         for n in config.n_objects:
-            env_kwargs = {"n_objects": n, "goal": config.goal, "n_max": config.n_max, "reward_type": config.reward}
+            env_id, env_kwargs = "ecrl/Push-v0", {"n_objects": n, "goal": config.goal}
+            if ogbench:
+                env_id, env_kwargs = "ecrl/OGBenchCube-v0", {"n_cubes": n, "mode": "play" if config.play else "task"}
+                if config.play:
+                    env_kwargs["max_episode_steps"] = config.play_steps
+            env_kwargs |= {"n_max": config.n_max, "reward_type": config.reward}
             if config.pixels:
                 env_kwargs.update(width=config.pixels, height=config.pixels)
             if config.split:
                 env_kwargs.update(split=config.split, part=part)
-            envs = [gym.make("ecrl/Push-v0", **env_kwargs) for _ in range(min(config.batch_size, config.episodes))]
+            envs = [gym.make(env_id, **env_kwargs) for _ in range(min(config.batch_size, config.episodes))]
             for first in range(0, config.episodes, config.batch_size):
                 chunk = envs[: min(config.batch_size, config.episodes - first)]
                 seeds = list(range(k, k + len(chunk)))
                 cameras = config.cameras if config.pixels else None
-                for episode in _rollout(chunk, seeds, actor, config.idle_steps, cameras, config.random_actions):
-                    if episode.success or not config.only_success:
+                rollout = _rollout(chunk, seeds, actor, config.idle_steps, cameras, config.random_actions, on_steps)
+                for episode in rollout:
+                    if episode.success or keep_all:
                         writer.add(episode)
                         record["kept"] += 1
                     else:
                         record["dropped"] += 1
                 k += len(chunk)
-                bar.update(len(chunk))
+                if not config.play:
+                    bar.update(len(chunk))
                 bar.set_postfix(kept=record["kept"], dropped=record["dropped"])
             for env in envs:
                 env.close()
@@ -448,6 +517,64 @@ def collect_dataset(
     )
 
 
+def import_ogbench_dataset(
+    path: str | Path,
+    source: str | Path,
+    *,
+    n_cubes: int | None = None,
+    append: bool = False,
+    shard_episodes: int = 100,
+    command: str | None = None,
+) -> CollectResult:
+    """Convert an OGBench cube dataset file (e.g. ``cube-double-play-v0.npz``) into a dataset at ``path``.
+
+    The file is read by :func:`ecrl.envs.ogbench.load_ogbench_episodes` (entity rows, hindsight
+    goals); its episodes are written like collected ones (seed -1: they have no reset seed).
+
+    Raises:
+        ValueError: ``source`` is not an OGBench cube dataset file.
+        DatasetError: as for :func:`collect_dataset` (an existing dataset without ``append``, …).
+    """
+    started = time.perf_counter()
+    episodes = ogb.load_ogbench_episodes(source, n_cubes)
+    n = episodes[0]["task"].n_cubes if episodes else ogb.check_n_cubes(n_cubes or 2)
+    writer = _Writer(Path(path), append, shard_episodes, ogb.ACTION_DIM)
+    config = CollectConfig(env="ogbench-cube", play=True, n_objects=(n,), episodes=max(len(episodes), 1))
+    config.shard_episodes, config.progress = shard_episodes, False
+    next_seed = writer.meta["next_seed"]
+    record: dict[str, Any] = {
+        "config": asdict(config),
+        "source": "ogbench_file",
+        "file": str(source),
+        "command": command,
+        "seeds": [next_seed, next_seed],
+        "kept": 0,
+        "dropped": 0,
+        "shards": [],
+        "complete": False,
+        "provenance": provenance(),
+    }
+    writer.start(record)
+    for e in episodes:
+        steps = len(e["action"])
+        writer.add(
+            Episode(
+                **{k: e[k] for k in ("observation", "achieved_goal", "desired_goal", "action", "reward", "is_success")},
+                expert_random=np.zeros(steps, bool),
+                task=e["task"],
+                seed=-1,
+                success=bool(e["is_success"][-1]) if steps else True,
+            )
+        )
+        record["kept"] += 1
+    record["complete"] = True
+    record["wall_s"] = time.perf_counter() - started
+    writer.finish()
+    return CollectResult(
+        Path(path), record["kept"], 0, writer.steps_added, record["shards"], (next_seed, next_seed), record["wall_s"]
+    )
+
+
 # ---------------------------------------------------------------------------------------------- writing
 
 
@@ -455,13 +582,13 @@ def _fields(fields: Mapping[str, slice]) -> dict[str, list[int]]:
     return {name: [s.start, s.stop] for name, s in fields.items()}
 
 
-def _empty_meta() -> dict[str, Any]:
+def _empty_meta(action_dim: int = ACTION_DIM) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "version": VERSION,
         "entity_dim": ENTITY_DIM,
         "goal_dim": GOAL_DIM,
-        "action_dim": ACTION_DIM,
+        "action_dim": action_dim,
         "entity_fields": _fields(ENTITY_FIELDS),
         "goal_fields": _fields(GOAL_FIELDS),
         "episodes": 0,
@@ -516,7 +643,7 @@ class _Writer:
     """Adds episodes to a dataset directory in shards; ``meta.json`` is rewritten after every shard,
     so a collection killed midway leaves a valid dataset of the shards it finished."""
 
-    def __init__(self, path: Path, append: bool, shard_episodes: int) -> None:
+    def __init__(self, path: Path, append: bool, shard_episodes: int, action_dim: int = ACTION_DIM) -> None:
         self.path, self.shard_episodes = path, shard_episodes
         if (path / META).exists():
             if not append:
@@ -525,12 +652,27 @@ class _Writer:
                     "(append=True) to add episodes to it, or choose another output directory"
                 )
             self.meta = read_meta(path)
+            self._cut_interrupted()
         elif path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise DatasetError(f"{path} exists and is not a dataset (no {META}); refusing to write into it")
         else:
-            self.meta = _empty_meta()
+            self.meta = _empty_meta(action_dim)
+        if self.meta["action_dim"] != action_dim:
+            raise DatasetError(
+                f"{path} holds {self.meta['action_dim']}-D actions, this collection records {action_dim}-D ones; "
+                "a dataset has one action width"
+            )
         self.pending: list[Episode] = []
         self.steps_added = 0
+
+    def _cut_interrupted(self) -> None:
+        """An interrupted collection keeps the seeds of the episodes it wrote (or dropped) before its last
+        shard, so that an appended collection continues right where it stopped."""
+        collections = self.meta["collections"]
+        if collections and not collections[-1].get("complete", True):
+            last = collections[-1]
+            last["seeds"][1] = last.get("seeds_done", last["seeds"][0])
+            self.meta["next_seed"] = max(c["seeds"][1] for c in collections)
 
     def check_seeds(self, first: int, stop: int) -> None:
         for c in self.meta["collections"]:
@@ -562,6 +704,8 @@ class _Writer:
         if not self.pending:
             return
         arrays = _shard_arrays(self.pending)
+        if self.pending[-1].seed >= 0:  # every episode up to this one is now written or dropped
+            self.record["seeds_done"] = self.pending[-1].seed + 1
         name = f"shard_{len(self.meta['shards']):05d}.npz"
         _write_atomic(self.path / name, lambda f: np.savez_compressed(f, **arrays))
         steps = len(arrays["action"])
@@ -606,7 +750,10 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     if meta.get("version") != VERSION:
         raise DatasetError(f"{path / META}: expected format version {VERSION}, found {meta.get('version')!r}")
     expected = _empty_meta()
-    for key in ("entity_dim", "goal_dim", "action_dim", "entity_fields", "goal_fields"):
+    action_dim = meta.get("action_dim")
+    if isinstance(action_dim, bool) or not isinstance(action_dim, int) or action_dim < 1:
+        raise DatasetError(f"{path / META}: action_dim must be a positive integer, found {action_dim!r}")
+    for key in ("entity_dim", "goal_dim", "entity_fields", "goal_fields"):
         if meta.get(key) != expected[key]:
             raise DatasetError(
                 f"{path / META}: written with {key} = {meta.get(key)!r}, but this ecrl's layout has "
@@ -625,9 +772,11 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
-def _load_shard(path: Path, entry: Mapping[str, Any], pixels: Mapping[str, Any] | None = None) -> dict[str, np.ndarray]:
+def _load_shard(
+    path: Path, entry: Mapping[str, Any], pixels: Mapping[str, Any] | None = None, action_dim: int = ACTION_DIM
+) -> dict[str, np.ndarray]:
     """The arrays of one shard, checked against each other and against its ``meta.json`` entry
-    (``pixels``: the dataset's ``meta["pixels"]``)."""
+    (``pixels``: the dataset's ``meta["pixels"]``; ``action_dim``: its ``meta["action_dim"]``)."""
     file = path / entry["file"]
     keys = SHARD_KEYS + (PIXEL_KEYS if pixels else ())
     try:
@@ -648,7 +797,7 @@ def _load_shard(path: Path, entry: Mapping[str, Any], pixels: Mapping[str, Any] 
         "observation": (s + e, 1 + m, ENTITY_DIM),
         "achieved_goal": (s + e, m, GOAL_DIM),
         "desired_goal": (e, m, GOAL_DIM),
-        "action": (s, ACTION_DIM),
+        "action": (s, action_dim),
         **{key: (s,) for key in _STEP_KEYS[1:]},
         **{key: (e,) for key in _EPISODE_KEYS},
     }
@@ -695,7 +844,7 @@ class DemoDataset:
         n_max: the most objects of any episode; entity arrays have ``1 + n_max`` rows.
         observation, achieved_goal: ``(S + E, 1 + n_max, ENTITY_DIM)``, ``(S + E, n_max, GOAL_DIM)``
             states of every episode, one after the other; episode ``e``'s start at ``state_starts[e]``.
-        action, reward, is_success, expert_random: ``(S, 2)``, ``(S,)``: steps, from ``step_starts[e]``.
+        action, reward, is_success, expert_random: ``(S, A)``, ``(S,)``: steps, from ``step_starts[e]``.
         desired_goal: ``(E, n_max, GOAL_DIM)``.
         lengths, n_objects, seeds, success: ``(E,)`` per episode.
         pixels, segmentation: ``(S + E, V, P, P, 3)`` and ``(S + E, V, P, P)`` uint8 frames of every
@@ -711,7 +860,8 @@ class DemoDataset:
         self.path = Path(path)
         self.meta = read_meta(self.path)
         self.pixel_meta = self.meta.get("pixels")
-        shards = [_load_shard(self.path, entry, self.pixel_meta) for entry in self.meta["shards"]]
+        self.action_dim = int(self.meta["action_dim"])
+        shards = [_load_shard(self.path, entry, self.pixel_meta, self.action_dim) for entry in self.meta["shards"]]
         counts = {"episodes": sum(len(s["seed"]) for s in shards), "steps": sum(len(s["action"]) for s in shards)}
         if counts != {k: self.meta[k] for k in counts}:
             raise DatasetError(
@@ -741,7 +891,8 @@ class DemoDataset:
         m = self.n_max
         self.observation = np.zeros((0, 1 + m, ENTITY_DIM), np.float32)
         self.achieved_goal = np.zeros((0, m, GOAL_DIM), np.float32)
-        self.desired_goal, self.action = np.zeros((0, m, GOAL_DIM), np.float32), np.zeros((0, ACTION_DIM), np.float32)
+        self.desired_goal = np.zeros((0, m, GOAL_DIM), np.float32)
+        self.action = np.zeros((0, self.action_dim), np.float32)
         self.reward = np.zeros(0, np.float32)
         self.is_success, self.expert_random, self.success = (np.zeros(0, bool) for _ in range(3))
         self.lengths, self.n_objects, self.seeds = (np.zeros(0, np.int64) for _ in range(3))
@@ -763,9 +914,12 @@ class DemoDataset:
         """Number of steps (actions) over all episodes."""
         return len(self.action)
 
-    def task(self, i: int) -> TaskSpec:
+    def task(self, i: int) -> TaskSpec | ogb.OGBenchCubeTask:
         """The task of episode ``i``."""
-        return TaskSpec.from_dict(self._tasks[i])
+        task = self._tasks[i]
+        if isinstance(task, dict) and task.get("benchmark") == "ogbench":
+            return ogb.OGBenchCubeTask.from_dict(task)
+        return TaskSpec.from_dict(task)
 
     def __getitem__(self, i: int) -> Episode:
         """Episode ``i``, unpadded to its own number of objects."""
@@ -811,7 +965,7 @@ class DemoDataset:
 
         Returns:
             ``observation (B, H+1, N, ENTITY_DIM)`` states s_t … s_{t+H}; ``achieved_goal
-            (B, H+1, N-1, GOAL_DIM)``; ``action (B, H, 2)``; ``reward (B, H)``; ``is_success``,
+            (B, H+1, N-1, GOAL_DIM)``; ``action (B, H, A)``; ``reward (B, H)``; ``is_success``,
             ``expert_random`` and ``valid`` ``(B, H)`` bool; ``desired_goal (B, N-1, GOAL_DIM)``;
             ``mask (B, N)`` and ``goal_mask (B, N-1)`` bool (False on padded rows); ``episode``,
             ``start`` and ``n_objects`` ``(B,)`` int64; ``state_index (B, H+1)`` int64, the rows of

@@ -1,7 +1,9 @@
 """Scenes, tasks, compositional splits, scripted experts and gymnasium registration.
 
 Importing this package registers ``ecrl/Push-v0`` (every option as a keyword of ``gym.make``),
-``ecrl/Push1-v0`` … ``ecrl/Push3-v0`` and a few named variants.
+``ecrl/Push1-v0`` … ``ecrl/Push3-v0`` and a few named variants, and the OGBench cube adapters
+``ecrl/OGBenchCube-v0`` (``n_cubes``, ``task_id`` …) and ``ecrl/OGBenchCube{Single,…,Octuple}-v0``
+(these need the optional extra ``ecrl[ogbench]`` when made, not when registered).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from typing import Any
 import gymnasium as gym
 
 from ecrl.envs.expert import ScriptedExpert
-from ecrl.envs.layout import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, PALETTE, SHAPES
+from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, PALETTE, SHAPES
+from ecrl.envs.ogbench import CUBE_ENV_TYPES
 from ecrl.envs.push import PushEnv
 from ecrl.envs.splits import COLOUR_SHAPE, SHAPE_GOAL, SPLITS, CompositionalSplit, HeldOut
 from ecrl.envs.task import GOAL_KINDS, MAX_OBJECTS, ObjectSpec, RandomTasks, TaskSpec
 
 __all__ = [
+    "AGENT_GRIPPER",
     "COLOUR_SHAPE",
     "ENTITY_DIM",
     "ENTITY_FIELDS",
@@ -24,6 +28,7 @@ __all__ = [
     "GOAL_FIELDS",
     "GOAL_KINDS",
     "MAX_OBJECTS",
+    "OGBENCH_IDS",
     "PALETTE",
     "REGISTERED_IDS",
     "SHAPES",
@@ -67,3 +72,14 @@ REGISTERED_IDS: tuple[str, ...] = tuple(f"ecrl/{name}" for name in _VARIANTS)
 for _name, _kwargs in _VARIANTS.items():
     if f"ecrl/{_name}" not in gym.registry:
         gym.register(f"ecrl/{_name}", entry_point="ecrl.envs.push:PushEnv", kwargs=_kwargs)
+
+_OGBENCH_VARIANTS: dict[str, dict[str, Any]] = {
+    "OGBenchCube-v0": {},
+    **{f"OGBenchCube{name.capitalize()}-v0": {"n_cubes": n} for n, name in CUBE_ENV_TYPES.items()},
+}
+OGBENCH_IDS: tuple[str, ...] = tuple(f"ecrl/{name}" for name in _OGBENCH_VARIANTS)
+"""The OGBench cube adapters (:class:`ecrl.envs.ogbench.OGBenchCubeEnv`; extra ``ecrl[ogbench]``)."""
+
+for _name, _kwargs in _OGBENCH_VARIANTS.items():
+    if f"ecrl/{_name}" not in gym.registry:
+        gym.register(f"ecrl/{_name}", entry_point="ecrl.envs.ogbench:OGBenchCubeEnv", kwargs=_kwargs)

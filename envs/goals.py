@@ -44,7 +44,7 @@ def assigned_distances(achieved_pos: np.ndarray, desired_pos: np.ndarray, same: 
         desired_pos: ``(B, M, 3)`` target positions.
         same: ``(B, M, M)`` interchangeable pairs from :func:`same_group`.
     """
-    dist = _norm(achieved_pos - desired_pos)
+    dist = norm(achieved_pos - desired_pos)
     for b in np.flatnonzero(same.any(axis=(1, 2))):
         dist[b] = matched_distances(achieved_pos[b], desired_pos[b], same[b] | np.eye(same.shape[1], dtype=bool))
     return dist
@@ -61,14 +61,14 @@ def matched_distances(achieved_pos: np.ndarray, desired_pos: np.ndarray, allowed
     # cost[i, j]: object i on target j; only allowed pairs are computed (interchangeable objects are few).
     cost = np.full(allowed.shape, 1e6)
     i, j = np.nonzero(allowed)
-    cost[i, j] = _norm(achieved_pos[i] - desired_pos[j])
+    cost[i, j] = norm(achieved_pos[i] - desired_pos[j])
     rows, cols = linear_sum_assignment(cost)
     dist = np.empty(len(cost))
     dist[cols] = cost[rows, cols]
     return dist
 
 
-def _norm(x: np.ndarray) -> np.ndarray:
+def norm(x: np.ndarray) -> np.ndarray:
     """``np.linalg.norm(x, axis=-1)`` bit for bit (the same operations), without its per-call overhead."""
     return np.sqrt(np.add.reduce(x * x, axis=-1))
 

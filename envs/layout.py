@@ -32,6 +32,33 @@ shape      S      matches objects to goals by attributes, never by slot
 colour     3
 rank       1      ``ordered`` goals: (k + 1) / N for the k-th target to fill; else 0
 =========  =====  ===============================================================
+
+The agent row has no shape, so its ``shape`` columns carry the state of a gripper instead
+(:data:`AGENT_GRIPPER`): column 0 its opening in [0, 1] (0 closed), column 1 its contact in [0, 1];
+both are 0 for the planar pusher, which has no gripper. Object rows never use these columns so.
+
+OGBench cubes (:mod:`ecrl.envs.ogbench`): positions are OGBench's world positions minus its
+workspace centre (0.425, 0, 0), so the table top is z = 0 and a cube resting on it has z = 0.02.
+
+==================  ==============================================================================
+row field           OGBench source
+==================  ==============================================================================
+gripper position    the pinch site (``proprio/effector_pos``)
+gripper yaw         sin, cos of ``proprio/effector_yaw``
+gripper velocity    the pinch site's displacement over the last step / 0.05 s (0 after a reset)
+gripper size        a nominal constant box (0.045, 0.015, 0.035) m
+gripper shape cols  ``proprio/gripper_opening`` (qpos of the driver joint / 0.8, clipped to
+                    [0, 1]) and ``proprio/gripper_contact`` (right pad's contact force / 50,
+                    clipped), the same quantities as OGBench's state vector
+cube position       ``privileged/block_i_pos`` (the cube's free-joint position)
+cube yaw            sin, cos of ``privileged/block_i_yaw``
+cube velocity       the free joint's linear velocity (``qvel``)
+cube size/shape     half side 0.02 m (the model's), ``cube``
+cube colour         OGBench's colour of cube ``i`` (red, blue, orange, green, purple, yellow,
+                    magenta, gray)
+goal position       task mode: the cube's goal (its target mocap body); play mode: the target
+                    cube's target, every other cube's own position (it has no goal)
+==================  ==============================================================================
 """
 
 from __future__ import annotations
@@ -80,6 +107,8 @@ ENTITY_FIELDS, ENTITY_DIM = _slices(
         "colour": 3,
     }
 )
+AGENT_GRIPPER = slice(ENTITY_FIELDS["shape"].start, ENTITY_FIELDS["shape"].start + 2)
+"""Columns of the agent row holding its gripper's opening and contact (the agent has no shape)."""
 GOAL_FIELDS, GOAL_DIM = _slices({"present": 1, "position": 3, "size": 3, "shape": N_SHAPES, "colour": 3, "rank": 1})
 
 # Goal columns that identify *what* an object is (not where): rows agreeing on these are the

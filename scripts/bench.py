@@ -11,6 +11,8 @@ Subcommands:
               (see `ecrl.scripts.bench_planners`)
     encoders  object-centric encoders: held-out FG-ARI, object-position probe error (cm), encoded
               images/s against MuJoCo rendering (see `ecrl.scripts.bench_encoders`)
+    ogbench   the OGBench cube adapter's step time against OGBench's own env, steps/s for 2, 3, 4 and 8
+              cubes, play data steps/s (see `ecrl.scripts.bench_ogbench`; extra `ecrl[ogbench]`)
 
 Examples:
     # the full environment benchmark (about a minute on 2 cores) -> results/bench_envs/
@@ -41,6 +43,9 @@ Examples:
     # trained encoders side by side on held-out frames -> results/bench_encoders/
     ecrl-bench encoders --checkpoints runs/<slot-run> runs/<particles-run> --labels slot particles
 
+    # OGBench cubes: adapter vs OGBench step time (under 2 minutes) -> results/bench_ogbench/
+    ecrl-bench ogbench
+
     # every option
     ecrl-bench envs --help
     ecrl-bench policies --help
@@ -64,7 +69,14 @@ from types import ModuleType  # noqa: E402
 import tyro  # noqa: E402
 
 from ecrl.reporting import run_benchmark  # noqa: E402
-from ecrl.scripts import bench_diffusion, bench_encoders, bench_envs, bench_planners, bench_policies  # noqa: E402
+from ecrl.scripts import (  # noqa: E402
+    bench_diffusion,
+    bench_encoders,
+    bench_envs,
+    bench_ogbench,
+    bench_planners,
+    bench_policies,
+)
 
 # name -> (typed arguments, run(args, command)).
 BENCHMARKS: dict[str, tuple[type, ModuleType]] = {
@@ -73,6 +85,7 @@ BENCHMARKS: dict[str, tuple[type, ModuleType]] = {
     "diffusion": (bench_diffusion.DiffusionArgs, bench_diffusion),
     "planners": (bench_planners.PlannersArgs, bench_planners),
     "encoders": (bench_encoders.EncodersArgs, bench_encoders),
+    "ogbench": (bench_ogbench.OGBenchArgs, bench_ogbench),
 }
 
 

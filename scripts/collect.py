@@ -22,6 +22,23 @@ Examples:
 
     # roll out a trained policy instead of the expert, keeping its failures too
     ecrl-collect --out data/push1-eit --n-objects 1 --policy runs/push1-positions-eit__td3__0__20250101-000000 --no-only-success
+
+OGBench cubes (`pip install 'ecrl[ogbench]'`): `--env ogbench-cube --play` generates play data with
+OGBench's own oracle, following its `cube-*-play` recipe (OGBench's `data_gen_scripts/
+generate_manipspace.py` with `dataset_type=play`): `CubePlanOracle(noise=0.1, noise_smoothing=0.5)`
+plans a pick-and-place of one target cube; when the plan ends, `set_new_target(p_stack)` chooses the
+next target cube and goal (stacked on another cube with probability p_stack, drawn per episode:
+double U(0, 0.25), triple U(0.05, 0.35), quadruple U(0.1, 0.5), octuple U(0, 0.35)); 1,001-step
+episodes (`--play-steps`), `terminate_at_goal=False`, actions clipped to [-1, 1], no random actions.
+Episode k resets the env with seed `--seed + k` and the oracle draws from its own stream of that
+seed, so a collection is deterministic and `--append` continues it. OGBench's datasets hold 1,000
+such episodes (its `1M` transitions; 100 more make its validation file).
+
+    # cube-double play data, 1,000 episodes of 1,001 steps (about 1M transitions)
+    ecrl-collect --env ogbench-cube --n-objects 2 --play --episodes 1000 --out data/ogbench-cube-double-play
+
+    # convert a published OGBench file instead (its keys: observations, actions, terminals, qpos, qvel)
+    ecrl-collect --env ogbench-cube --from-ogbench ~/.ogbench/data/cube-double-play-v0.npz --out data/cube-double-play
 """
 
 from __future__ import annotations
@@ -42,7 +59,7 @@ import tyro  # noqa: E402
 
 import ecrl  # noqa: E402
 from ecrl.checkpoint import CheckpointError  # noqa: E402
-from ecrl.datasets import CollectConfig, DatasetError, collect_dataset  # noqa: E402
+from ecrl.datasets import CollectConfig, DatasetError, collect_dataset, import_ogbench_dataset  # noqa: E402
 from ecrl.scripts.cli import cli_errors, config_of
 from ecrl.scripts.eval import fixed_n_max  # noqa: E402
 
@@ -61,12 +78,17 @@ class Args(CollectConfig):
     """Torch device of `--policy`."""
     threads: int | None = None
     """torch CPU threads for `--policy` (default: torch's choice)."""
+    from_ogbench: Path | None = None
+    """Convert this OGBench dataset file (`.npz`, e.g. cube-double-play-v0.npz) instead of rolling anything out."""
 
 
 def default_out(args: Args) -> Path:
-    """`data/push<N>-<goal>[-<split>]__<expert|policy>`, N joined by `_` when there are several."""
-    split = f"-{args.split}" if args.split else ""
+    """`data/push<N>-<goal>[-<split>]__<expert|policy>` (N joined by `_` when there are several), or
+    `data/ogbench-cube<N>-<play|policy>` for OGBench cubes."""
     n = "_".join(map(str, args.n_objects))
+    if args.env == "ogbench-cube":
+        return Path("data") / f"ogbench-cube{n}-{'policy' if args.policy else 'play'}"
+    split = f"-{args.split}" if args.split else ""
     return Path("data") / f"push{n}-{args.goal}{split}__{'policy' if args.policy else 'expert'}"
 
 
@@ -77,6 +99,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         "ecrl-collect", (CheckpointError, DatasetError, ValueError)
     ):  # bad input: a message, not a traceback
         args = tyro.cli(Args, args=argv, prog="ecrl-collect", description=__doc__)
+        command = shlex.join(["ecrl-collect", *argv])
+        if args.from_ogbench is not None:
+            if args.env != "ogbench-cube" or args.policy is not None:
+                raise ValueError("--from-ogbench converts an OGBench file: pass --env ogbench-cube, and no --policy")
+            out = args.out or Path("data") / args.from_ogbench.stem
+            result = import_ogbench_dataset(
+                out, args.from_ogbench, append=args.append, shard_episodes=args.shard_episodes, command=command
+            )
+            print(f"converted {result.kept} episodes ({result.steps} steps) from {args.from_ogbench} to {out}/")
+            return
         policy, info = None, None
         config = config_of(args, CollectConfig)
         if args.policy is not None:
@@ -92,9 +124,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if width is not None:
                 config = dataclasses.replace(config, n_max=width)
         out = args.out or default_out(args)
-        result = collect_dataset(
-            out, config, policy, append=args.append, command=shlex.join(["ecrl-collect", *argv]), policy_info=info
-        )
+        result = collect_dataset(out, config, policy, append=args.append, command=command, policy_info=info)
     rate = (result.kept + result.dropped) / max(result.wall_s, 1e-9)
     print(
         f"wrote {result.kept} episodes ({result.steps} steps, {len(result.shards)} shards) to {result.path}/; "
