@@ -87,12 +87,13 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import time
 import warnings
 import zipfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -101,11 +102,12 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
-from ecrl.envs import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, ScriptedExpert, TaskSpec
+from ecrl.envs import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, TaskSpec
 from ecrl.envs import ogbench as ogb
 from ecrl.envs.scene import CAMERAS, MAIN_CAMERAS
-from ecrl.evaluation import EVAL_SEED, BatchPolicy, check_settings, describe
+from ecrl.evaluation import EVAL_SEED, check_settings, describe
 from ecrl.reporting import provenance
+from ecrl.rollout import BatchPolicy, ExpertPolicy, Recorder, Step, rollout
 
 __all__ = [
     "ACTION_DIM",
@@ -270,38 +272,31 @@ class CollectResult:
     wall_s: float
 
 
-class _Expert:
-    """One scripted expert per env; reports which actions were random steps out of a stall."""
+class _Collecting:
+    """The acting policy as a collection runs it: ``float32`` actions, each replaced by a uniformly random
+    one with probability ``random_actions`` (drawn from a generator seeded by the batch's episode
+    seeds, so a collection stays deterministic); ``random: (B,) bool`` flags the random steps (these,
+    and the scripted expert's own steps out of a stall)."""
+
+    def __init__(self, policy: BatchPolicy, random_actions: float = 0.0) -> None:
+        self.policy, self.random_actions = policy, random_actions
+        self._takes_active = "active" in inspect.signature(policy.act).parameters
 
     def reset(self, envs: Sequence[gym.Env], seeds: Sequence[int]) -> None:
-        self.experts = [ScriptedExpert(env, seed=seed) for env, seed in zip(envs, seeds, strict=True)]
-
-    def act(self, obs: Mapping[str, np.ndarray], active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        actions, random = np.zeros((len(active), ACTION_DIM), np.float32), np.zeros(len(active), bool)
-        for i in np.flatnonzero(active):
-            actions[i] = self.experts[i].act({k: v[i] for k, v in obs.items()})
-            random[i] = self.experts[i].last_random
-        return actions, random
-
-
-class _Policy:
-    """Any batch policy (see :class:`ecrl.evaluation.BatchPolicy`): row ``b`` of every call is env ``b``."""
-
-    def __init__(self, policy: BatchPolicy) -> None:
-        self.policy = policy
-
-    def reset(self, envs: Sequence[gym.Env], seeds: Sequence[int]) -> None:
-        self.action_dim = envs[0].action_space.shape[0]
         if hasattr(self.policy, "reset"):
             self.policy.reset(envs, seeds)
+        self.rng = np.random.default_rng([0xEC, *seeds])
 
-    def act(self, obs: Mapping[str, np.ndarray], active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        actions = np.asarray(self.policy.act(obs), dtype=np.float32)
-        if actions.shape != (len(active), self.action_dim):
-            raise ValueError(
-                f"policy.act returned actions of shape {actions.shape}, expected {(len(active), self.action_dim)}"
-            )
-        return actions, np.zeros(len(active), bool)
+    def act(self, obs: Mapping[str, np.ndarray], active: np.ndarray) -> np.ndarray:
+        actions = self.policy.act(obs, active=active) if self._takes_active else self.policy.act(obs)
+        actions = np.asarray(actions, dtype=np.float32)
+        random = np.asarray(getattr(self.policy, "random", np.zeros(len(active), bool)))
+        if self.random_actions > 0:
+            swap = self.rng.random(len(active)) < self.random_actions
+            actions = np.where(swap[:, None], self.rng.uniform(-1, 1, actions.shape), actions).astype(np.float32)
+            random = random | swap
+        self.random = random
+        return actions
 
 
 def _frames(env: Any, cameras: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -310,59 +305,57 @@ def _frames(env: Any, cameras: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     return np.stack([rgb[c] for c in cameras]), np.stack([env.render_segmentation(c) for c in cameras]).astype(np.uint8)
 
 
+class _EpisodeRecorder(Recorder):
+    """Every state, step and (with ``cameras``) frame of one episode per env; an episode is cut after
+    ``idle_steps`` idle steps (zero action once every object is placed: the scripted expert's
+    "nothing to do"; the idle steps before the cut stay in the data, they show how to stop)."""
+
+    def __init__(self, envs: Sequence[gym.Env], policy: _Collecting, idle_steps: int | None, cameras) -> None:
+        b = len(envs)
+        self.envs, self.policy, self.idle_steps, self.cameras = envs, policy, idle_steps, cameras
+        self.seeds, self.solved, self.idle = [0] * b, np.zeros(b, bool), np.zeros(b, np.int64)
+        self.states: list[list[dict[str, np.ndarray]]] = [[] for _ in range(b)]
+        self.steps: list[list[tuple]] = [[] for _ in range(b)]
+        self.frames: list[list[tuple]] = [[] for _ in range(b)]
+
+    def start(self, i, seed, obs, info) -> None:
+        self.seeds[i], self.solved[i], self.states[i] = seed, info["is_success"], [obs]
+        self.frames[i] = [_frames(self.envs[i].unwrapped, self.cameras)] if self.cameras else []
+
+    def cut(self, i, obs, action) -> bool:
+        self.idle[i] = self.idle[i] + 1 if self.solved[i] and not action.any() else 0
+        return self.idle_steps is not None and self.idle[i] > self.idle_steps
+
+    def step(self, s: Step) -> None:
+        i = s.env
+        self.solved[i] = s.info["is_success"]
+        self.states[i].append(s.next_obs)
+        if self.cameras:
+            self.frames[i].append(_frames(self.envs[i].unwrapped, self.cameras))
+        self.steps[i].append((s.action, s.reward, s.info["is_success"], self.policy.random[i]))
+
+    def episodes(self) -> list[Episode]:
+        return [
+            _episode(env.unwrapped, seed, states, steps, bool(ok), frames)
+            for env, seed, states, steps, ok, frames in zip(
+                self.envs, self.seeds, self.states, self.steps, self.solved, self.frames, strict=True
+            )
+        ]
+
+
 def _rollout(
     envs: list[gym.Env],
     seeds: list[int],
-    actor: _Expert | _Policy | ogb.CubePlayOracle,
+    policy: _Collecting,
     idle_steps: int | None,
     cameras: Sequence[str] | None = None,
-    random_actions: float = 0.0,
-    on_steps: Callable[[int], Any] | None = None,
+    bar: tqdm | None = None,
 ) -> list[Episode]:
-    """One episode per env, side by side; an episode ends at the horizon or after ``idle_steps`` idle steps.
-
-    A step is *idle* when every object is already placed and the action is zero (the scripted
-    expert's "nothing to do"); the idle steps before the cut stay in the data: they show how to stop.
-    With ``cameras``, every state is rendered from them too. With ``random_actions = p``, each action
-    is replaced by a uniform random one with probability ``p`` (drawn from a generator seeded by the
-    episode seeds, so a collection stays deterministic). ``on_steps(k)`` hears of every ``k`` env steps taken.
-    """
-    resets = [env.reset(seed=s) for env, s in zip(envs, seeds, strict=True)]
-    actor.reset(envs, seeds)
-    b = len(envs)
-    obs = [o for o, _ in resets]
-    solved = np.array([info["is_success"] for _, info in resets])
-    states: list[list[dict[str, np.ndarray]]] = [[o] for o in obs]
-    frames = [[_frames(env.unwrapped, cameras)] if cameras else [] for env in envs]
-    steps: list[list[tuple]] = [[] for _ in range(b)]
-    idle, active = np.zeros(b, np.int64), np.ones(b, bool)
-    rng = np.random.default_rng([0xEC, *seeds])
-    while active.any():
-        actions, random = actor.act({k: np.stack([o[k] for o in obs]) for k in obs[0]}, active)
-        if random_actions > 0:
-            swap = rng.random(b) < random_actions
-            actions = np.where(swap[:, None], rng.uniform(-1, 1, actions.shape), actions).astype(np.float32)
-            random = random | swap
-        stepped = 0
-        for i in np.flatnonzero(active):
-            idle[i] = idle[i] + 1 if solved[i] and not actions[i].any() else 0
-            if idle_steps is not None and idle[i] > idle_steps:
-                active[i] = False
-                continue
-            obs[i], reward, terminated, truncated, info = envs[i].step(actions[i])
-            stepped += 1
-            solved[i] = info["is_success"]
-            states[i].append(obs[i])
-            if cameras:
-                frames[i].append(_frames(envs[i].unwrapped, cameras))
-            steps[i].append((actions[i], reward, info["is_success"], random[i]))
-            active[i] = not (terminated or truncated)
-        if on_steps is not None:
-            on_steps(stepped)
-    return [
-        _episode(env.unwrapped, seed, s, t, bool(ok), f)
-        for env, seed, s, t, ok, f in zip(envs, seeds, states, steps, solved, frames, strict=True)
-    ]
+    """One episode per env, side by side (:func:`ecrl.rollout.rollout`); an episode ends at the horizon
+    or after ``idle_steps`` idle steps. With ``cameras``, every state is rendered from them too."""
+    recorder = _EpisodeRecorder(envs, policy, idle_steps, cameras)
+    rollout(envs, policy, seeds, recorder=recorder, bar=bar)
+    return recorder.episodes()
 
 
 def _episode(
@@ -469,15 +462,15 @@ def collect_dataset(
         "provenance": provenance(),
     }
     writer.start(record)
-    actor: _Expert | _Policy | ogb.CubePlayOracle = _Policy(policy) if policy is not None else _Expert()
-    if config.play:
-        actor = ogb.CubePlayOracle()
+    actor = _Collecting(
+        ogb.CubePlayOracle() if config.play else ExpertPolicy() if policy is None else policy, config.random_actions
+    )
     keep_all = config.play or not config.only_success  # a play episode has no goal to fail
     started, k = time.perf_counter(), seed
     # Play episodes are long (1,001 steps): their bar counts steps, as they happen.
     unit, per_episode = ("step", config.play_steps) if config.play else ("ep", 1)
     bar = tqdm(total=total * per_episode, desc="collect", unit=unit, dynamic_ncols=True, disable=not config.progress)
-    on_steps = bar.update if config.play else None
+    steps_bar = bar if config.play else None
     for part in config.parts:
         for n in config.n_objects:
             env_id, env_kwargs = "ecrl/Push-v0", {"n_objects": n, "goal": config.goal}
@@ -495,8 +488,7 @@ def collect_dataset(
                 chunk = envs[: min(config.batch_size, config.episodes - first)]
                 seeds = list(range(k, k + len(chunk)))
                 cameras = config.cameras if config.pixels else None
-                rollout = _rollout(chunk, seeds, actor, config.idle_steps, cameras, config.random_actions, on_steps)
-                for episode in rollout:
+                for episode in _rollout(chunk, seeds, actor, config.idle_steps, cameras, steps_bar):
                     if episode.success or keep_all:
                         writer.add(episode)
                         record["kept"] += 1

@@ -28,16 +28,16 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
-from ecrl.envs import GOAL_KINDS, MAX_OBJECTS, SPLITS, ScriptedExpert
+from ecrl.envs import GOAL_KINDS, MAX_OBJECTS, SPLITS
 from ecrl.envs.task import default_horizon
 from ecrl.reporting import (
     camera_strip,
@@ -48,40 +48,18 @@ from ecrl.reporting import (
     wilson_interval,
     write_gif,
 )
+from ecrl.rollout import (
+    BatchPolicy,
+    ExpertPolicy,  # noqa: F401  (re-exported: the scripted expert every evaluation compares with)
+    Recorder,
+    Step,
+    episode_horizon,
+    rollout,
+)
 
 EVAL_SEED = 100_000
 """Default first evaluation seed, far from training seeds."""
 PARTS = ("train", "test")
-
-
-@runtime_checkable
-class BatchPolicy(Protocol):
-    """What :func:`evaluate` drives: actions ``(B, A)`` for observations with a leading batch axis ``B``."""
-
-    def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray: ...
-
-
-class ExpertPolicy:
-    """The scripted expert behind the batch interface: one :class:`ScriptedExpert` per env, reset per episode."""
-
-    meta = {"arch": "scripted_expert", "algo": "scripted"}
-
-    def __init__(self, tolerance: float = 0.5) -> None:
-        self.tolerance = tolerance
-        self._experts: list[ScriptedExpert] = []
-
-    def __repr__(self) -> str:
-        return f"ExpertPolicy(tolerance={self.tolerance})"
-
-    def reset(self, envs: Sequence[gym.Env], seeds: Sequence[int]) -> None:
-        """One fresh expert per env; ``seeds`` seed their random unsticking steps."""
-        self._experts = [ScriptedExpert(env, self.tolerance, seed) for env, seed in zip(envs, seeds, strict=True)]
-
-    def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Actions ``(B, 2)``; row ``b`` of ``obs`` must come from the ``b``-th env given to :meth:`reset`."""
-        if len(obs["observation"]) != len(self._experts):
-            raise ValueError(f"{len(self._experts)} envs were reset, got {len(obs['observation'])} observations")
-        return np.stack([e.act({k: v[b] for k, v in obs.items()}) for b, e in enumerate(self._experts)])
 
 
 @dataclass(frozen=True)
@@ -283,19 +261,30 @@ def _evaluate_one(
 ) -> EvalResult:
     """Episodes of one (part, N), ``batch`` envs at a time; the first episode goes to ``gif`` if given."""
     start = time.perf_counter()
-    outcomes: list[dict[str, np.ndarray]] = []
+    outcomes: list[_Outcomes] = []
     frames: list[np.ndarray] = []
     for first in range(0, episodes, batch):
         envs = [gym.make("ecrl/Push-v0", **env_kwargs) for _ in range(min(batch, episodes - first))]
         record = frames.append if gif is not None and first == 0 else None
-        seeds = [seed + first + i for i in range(len(envs))]
-        outcomes.append(_rollout(policy, envs, seeds, stop_on_success, bar, record, video_every))
-        horizon, n_max = envs[0].unwrapped.spec_.max_steps, envs[0].unwrapped.n_max
+        outcome = _Outcomes(envs, stop_on_success, record, video_every)
+        rollout(
+            envs,
+            policy,
+            range(seed + first, seed + first + len(envs)),
+            recorder=outcome,
+            stop_on_success=stop_on_success,
+            bar=bar,
+        )
+        outcomes.append(outcome)
+        horizon, n_max = episode_horizon(envs[0]), envs[0].unwrapped.n_max
         for env in envs:
             env.close()
     if frames:
         write_gif(gif, frames, fps=20 / video_every)
-    out = {k: np.concatenate([o[k] for o in outcomes]) for k in outcomes[0]}
+    out = {
+        k: np.concatenate([getattr(o, k) for o in outcomes])
+        for k in ("success", "fraction", "returns", "lengths", "steps")
+    }
     return EvalResult(
         part=part,
         n_objects=env_kwargs["n_objects"],
@@ -311,54 +300,32 @@ def _evaluate_one(
     )
 
 
-def _rollout(
-    policy: BatchPolicy,
-    envs: list[gym.Env],
-    seeds: list[int],
-    stop_on_success: bool,
-    bar: tqdm,
-    record=None,
-    record_every: int = 2,
-) -> dict[str, np.ndarray]:
-    """Run one episode in each env side by side; per env: success, fraction placed, return, length, steps.
+class _Outcomes(Recorder):
+    """Per env: success and fraction placed at the episode's end, return, first step with every object
+    placed (or the horizon), steps run; with ``record``, camera images of env 0 every ``record_every`` steps."""
 
-    ``record(frame)`` receives camera images of the first env every ``record_every`` steps.
-    """
-    resets = [env.reset(seed=s) for env, s in zip(envs, seeds, strict=True)]
-    obs = [o for o, _ in resets]
-    if hasattr(policy, "reset"):
-        policy.reset(envs, seeds)
-    b, horizon = len(envs), envs[0].unwrapped.spec_.max_steps
-    success = np.array([info["is_success"] for _, info in resets])
-    fraction = np.array([info["fraction_placed"] for _, info in resets], dtype=float)
-    lengths = np.where(success, 0, horizon)
-    returns, steps = np.zeros(b), np.zeros(b, dtype=np.int64)
-    active = ~success if stop_on_success else np.ones(b, dtype=bool)
-    action_shape = (b, *envs[0].action_space.shape)
-    if record is not None:
-        record(camera_strip(envs[0].unwrapped.render_views()))
-    bar.update(horizon * int((~active).sum()))
-    t = 0
-    while active.any():
-        actions = np.asarray(policy.act({k: np.stack([o[k] for o in obs]) for k in obs[0]}))
-        if actions.shape != action_shape:
-            raise ValueError(f"policy.act returned actions of shape {actions.shape}, expected {action_shape}")
-        t += 1
-        stepping = np.flatnonzero(active)
-        for i in stepping:
-            obs[i], reward, terminated, truncated, info = envs[i].step(actions[i])
-            returns[i] += reward
-            steps[i] += 1
-            success[i], fraction[i] = info["is_success"], info["fraction_placed"]
-            if success[i] and lengths[i] == horizon:
-                lengths[i] = t
-            if terminated or truncated or (stop_on_success and success[i]):
-                active[i] = False
-                bar.update(horizon - t)  # the steps it will not run
-        bar.update(len(stepping))
-        if record is not None and active[0] and t % record_every == 0:
-            record(camera_strip(envs[0].unwrapped.render_views()))
-    return {"success": success, "fraction": fraction, "returns": returns, "lengths": lengths, "steps": steps}
+    def __init__(self, envs: Sequence[gym.Env], stop_on_success: bool, record=None, record_every: int = 2) -> None:
+        b = len(envs)
+        self.success, self.fraction = np.zeros(b, bool), np.zeros(b)
+        self.returns, self.steps, self.lengths = np.zeros(b), np.zeros(b, np.int64), np.zeros(b, np.int64)
+        self.envs, self.stop_on_success, self.record, self.record_every = envs, stop_on_success, record, record_every
+
+    def start(self, i, seed, obs, info) -> None:
+        self.success[i], self.fraction[i] = info["is_success"], info["fraction_placed"]
+        self.lengths[i] = 0 if self.success[i] else episode_horizon(self.envs[i])
+        if i == 0 and self.record is not None:
+            self.record(camera_strip(self.envs[0].unwrapped.render_views()))
+
+    def step(self, s: Step) -> None:
+        i = s.env
+        self.returns[i] += s.reward
+        self.steps[i] += 1
+        self.success[i], self.fraction[i] = s.info["is_success"], s.info["fraction_placed"]
+        if self.success[i] and self.lengths[i] == episode_horizon(self.envs[i]):
+            self.lengths[i] = s.t
+        ended = s.terminated or s.truncated or (self.stop_on_success and self.success[i])
+        if i == 0 and self.record is not None and not ended and s.t % self.record_every == 0:
+            self.record(camera_strip(self.envs[0].unwrapped.render_views()))
 
 
 # ---------------------------------------------------------------------------------------------- logging

@@ -376,7 +376,7 @@ def _global_numpy_state(state: dict[str, Any]) -> Iterator[None]:
 
 
 class CubePlayOracle:
-    """OGBench's ``cube-*-play`` recipe as an ``ecrl-collect`` actor (``reset(envs, seeds)``, ``act``).
+    """OGBench's ``cube-*-play`` recipe as a batch policy of :func:`ecrl.rollout.rollout` (``reset(envs, seeds)``, ``act``).
 
     Per episode (OGBench's ``data_gen_scripts/generate_manipspace.py``, ``dataset_type=play``):
     OGBench's ``CubePlanOracle(noise=0.1, noise_smoothing=0.5)`` plans a pick-and-place of the
@@ -407,8 +407,8 @@ class CubePlayOracle:
             self.oracles.append(oracle)
             self.states.append(state)
 
-    def act(self, obs: Mapping[str, np.ndarray], active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(B, 5)`` actions for the active envs (zeros elsewhere) and ``(B,)`` False (no random steps)."""
+    def act(self, obs: Mapping[str, np.ndarray], active: np.ndarray) -> np.ndarray:
+        """``(B, 5)`` actions for the ``active: (B,) bool`` envs (zeros elsewhere)."""
         actions = np.zeros((len(active), ACTION_DIM), np.float32)
         for i in np.flatnonzero(active):
             env, oracle = self.envs[i], self.oracles[i]
@@ -417,7 +417,7 @@ class CubePlayOracle:
                 with _global_numpy_state(self.states[i]):
                     oracle.reset(None, info)
             actions[i] = np.clip(oracle.select_action(None, env.ogbench_info), -1, 1)
-        return actions, np.zeros(len(active), bool)
+        return actions
 
 
 # ---------------------------------------------------------------------------------------------- datasets

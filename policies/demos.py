@@ -9,7 +9,7 @@ actor's own (their Q-filter); here it applies on every demo state (``results/rl_
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,38 +22,102 @@ from stable_baselines3.common.callbacks import BaseCallback
 from tqdm.auto import tqdm
 
 from ecrl.entities import take_objects
-from ecrl.envs import ScriptedExpert
+from ecrl.rollout import ExpertPolicy, Recorder, Step, rollout
 
 IDLE_KEPT = 10
 
 
-class _Labels:
-    """(observation, expert action) pairs worth imitating, gathered from ``n`` envs side by side.
+class _Labels(Recorder):
+    """(observation, expert action) pairs worth imitating, recorded during a :func:`ecrl.rollout.rollout`.
 
-    Once every object is placed the expert idles for the rest of the episode: the first few idle
-    steps are kept (how to stop) but not the long tail, which would swamp the data with zeros. Random
-    steps out of a stall are executed but not kept: they are noise as labels. Each label also
-    records the object the expert worked on (``-1`` when idle), for actors that choose an object.
+    ``expert`` labels every step: its action is the label (for :func:`collect_demos` it is the
+    acting policy; for :func:`dagger` it only labels the states the actor visits). Once every
+    object is placed the expert idles for the rest of the episode: the first few idle steps are
+    kept (how to stop) but not the long tail, which would swamp the data with zeros. Random steps
+    out of a stall are not kept: they are noise as labels. Each label also records the object the
+    expert worked on (``-1`` when idle), for actors that choose an object.
     """
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, expert: ExpertPolicy, labels: Callable[[], np.ndarray] | None = None) -> None:
         self.obs: dict[str, list[np.ndarray]] = {}
         self.actions: list[np.ndarray] = []
         self.choices: list[int] = []
         self.idle = [0] * n
+        self.expert, self.labels = expert, labels
+        self.episodes = self.successes = 0
 
-    def add(self, i: int, obs: dict[str, np.ndarray], action: np.ndarray, expert: ScriptedExpert) -> None:
+    def start(self, i, seed, obs, info) -> None:
+        self.idle[i] = 0
+
+    def step(self, s: Step) -> None:
+        i, expert = s.env, self.expert.experts[s.env]
+        action = s.action if self.labels is None else self.labels()[i]
         self.idle[i] = self.idle[i] + 1 if not action.any() else 0
         if self.idle[i] <= IDLE_KEPT and not expert.last_random:
-            for k, v in obs.items():
+            for k, v in s.obs.items():
                 self.obs.setdefault(k, []).append(v)
-            self.actions.append(action)
+            self.actions.append(action.copy())
             self.choices.append(-1 if expert.choice is None else expert.choice)
+        if s.terminated or s.truncated:
+            self.episodes += 1
+            self.successes += bool(s.info.get("is_success", False))
 
-    def demos(self, episodes: int = 0, successes: int = 0) -> Demos:
+    def demos(self) -> Demos:
         obs = {k: np.stack(v).astype(np.float32) for k, v in self.obs.items()}
         actions = np.stack(self.actions).astype(np.float32)
-        return Demos(obs, actions, np.asarray(self.choices, dtype=np.int64), episodes, successes)
+        return Demos(obs, actions, np.asarray(self.choices, dtype=np.int64), self.episodes, self.successes)
+
+
+class _ReplayFeed(Recorder):
+    """Adds every lockstep step of ``n`` envs to an SB3 replay buffer, one env per buffer slot (as a
+    vectorised env fills it), with SB3's timeout convention: an episode cut by the time limit is
+    marked ``TimeLimit.truncated`` so its last value is still bootstrapped. A slot whose env has
+    no episode left adds a no-op row (its last state, a zero action, no reward)."""
+
+    def __init__(self, replay_buffer: ReplayBuffer, action_dim: int) -> None:
+        n = replay_buffer.n_envs
+        self.buffer, self.last, self.rows = replay_buffer, [{}] * n, [None] * n
+        self.action_dim = action_dim
+
+    def start(self, i, seed, obs, info) -> None:
+        self.last[i] = obs
+
+    def step(self, s: Step) -> None:
+        info = dict(s.info, **{"TimeLimit.truncated": s.truncated and not s.terminated})
+        self.rows[s.env] = (s.obs, s.next_obs, s.action, s.reward, s.terminated or s.truncated, info)
+        self.last[s.env] = s.next_obs
+
+    def tick(self, stepped: np.ndarray) -> None:
+        rows = [
+            self.rows[i]
+            if stepped[i]
+            else (self.last[i], self.last[i], np.zeros(self.action_dim, np.float32), 0.0, False, {})
+            for i in range(len(stepped))
+        ]
+        obs, nexts, actions, rewards, dones, infos = zip(*rows, strict=True)
+        stack = lambda os: {k: np.stack([o[k] for o in os]) for k in obs[0]}  # noqa: E731
+        self.buffer.add(
+            stack(obs), stack(nexts), np.stack(actions), np.array(rewards, np.float32), np.array(dones), list(infos)
+        )
+
+
+class _Both(Recorder):
+    """Two recorders hearing the same rollout."""
+
+    def __init__(self, *recorders: Recorder) -> None:
+        self.recorders = recorders
+
+    def start(self, *args) -> None:
+        for r in self.recorders:
+            r.start(*args)
+
+    def step(self, s: Step) -> None:
+        for r in self.recorders:
+            r.step(s)
+
+    def tick(self, stepped: np.ndarray) -> None:
+        for r in self.recorders:
+            r.tick(stepped)
 
 
 @dataclass
@@ -115,54 +179,51 @@ def collect_demos(
     """Run the scripted expert for ``episodes`` episodes; optionally add every transition to ``replay_buffer``.
 
     The buffer gets ``replay_buffer.n_envs`` episodes side by side (one env per buffer slot, as a
-    vectorised env would fill it), with SB3's timeout convention: an episode cut by the time limit is
-    marked ``TimeLimit.truncated`` so its last value is still bootstrapped.
+    vectorised env would fill it; see :class:`_ReplayFeed`). The first episode of env slot ``i``
+    resets with seed ``seed + 7919 i``, the ``k``-th episode after those with ``seed + 7919 (n + k)``; the expert in env slot ``i`` is seeded with ``seed + i``.
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     n = replay_buffer.n_envs if replay_buffer is not None else 1
     envs = [make_env() for _ in range(n)]
-    experts = [ScriptedExpert(e, seed=seed + i) for i, e in enumerate(envs)]
-    obs = [e.reset(seed=seed + 7919 * i)[0] for i, e in enumerate(envs)]
-    started, finished, successes = n, 0, 0
-    keys = list(obs[0])
-    labels = _Labels(n)
-    active = [True] * n
-    bar = tqdm(total=episodes, desc="expert demos", unit="ep", disable=not progress, leave=False)
-    while any(active):
-        actions = np.zeros((n, 2), dtype=np.float32)
-        nexts, rewards, dones, infos = [], np.zeros(n, dtype=np.float32), np.zeros(n, dtype=bool), []
-        for i, (env, expert) in enumerate(zip(envs, experts, strict=True)):
-            if not active[i]:
-                nexts.append(obs[i])
-                infos.append({})
-                continue
-            actions[i] = expert.act(obs[i])
-            labels.add(i, obs[i], actions[i].copy(), expert)
-            nxt, rewards[i], term, trunc, info = env.step(actions[i])
-            dones[i] = term or trunc
-            info = dict(info, **{"TimeLimit.truncated": trunc and not term})
-            infos.append(info)
-            nexts.append(nxt)
-        if replay_buffer is not None:
-            stack = lambda os: {k: np.stack([o[k] for o in os]) for k in keys}  # noqa: E731
-            replay_buffer.add(stack(obs), stack(nexts), actions, rewards, dones, infos)
-        for i in np.flatnonzero(dones):
-            finished += 1
-            successes += bool(infos[i].get("is_success", False))
-            bar.update(1)
-            if started < episodes:
-                started += 1
-                experts[i].reset()
-                labels.idle[i] = 0
-                nexts[i] = envs[i].reset(seed=seed + 7919 * started)[0]
-            else:
-                active[i] = False
-        obs = nexts
-    bar.close()
+    expert = ExpertPolicy(seeds=[seed + i for i in range(n)])
+    labels = _Labels(n, expert)
+    recorder = (
+        labels if replay_buffer is None else _Both(labels, _ReplayFeed(replay_buffer, envs[0].action_space.shape[0]))
+    )
+    with tqdm(desc="expert demos", unit="step", disable=not progress, leave=False) as bar:
+        seeds = [seed + 7919 * k for k in (*range(n), *range(n + 1, episodes + 1))][:episodes]
+        rollout(envs, expert, seeds, recorder=recorder, bar=bar)
     for e in envs:
         e.close()
-    return labels.demos(finished, successes)
+    return labels.demos()
+
+
+class _Actor:
+    """A torch actor as a batch policy: its deterministic action, no gradients."""
+
+    def __init__(self, actor: torch.nn.Module) -> None:
+        self.actor, self.device = actor, next(actor.parameters()).device
+
+    def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        batch = {k: torch.as_tensor(v, dtype=torch.float32, device=self.device) for k, v in obs.items()}
+        with torch.no_grad():
+            return _actor_action(self.actor, batch).cpu().numpy()
+
+
+class _Labelled:
+    """``policy`` acts; ``expert`` labels the same observations (its actions in ``labels``)."""
+
+    def __init__(self, policy: _Actor, expert: ExpertPolicy) -> None:
+        self.policy, self.expert = policy, expert
+
+    def reset(self, envs: Sequence[gym.Env], seeds: Sequence[int]) -> None:
+        self.expert.reset(envs, seeds)
+
+    def act(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        actions = self.policy.act(obs)
+        self.labels = self.expert.act(obs)
+        return actions
 
 
 def _actor_action(actor: torch.nn.Module, obs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -299,24 +360,15 @@ def dagger(
 
     The actor acts (deterministically) in ``episodes`` envs side by side; the expert only labels.
     """
-    device = next(actor.parameters()).device
     for it in range(iterations):
         envs = [make_env() for _ in range(episodes)]
-        experts = [ScriptedExpert(e, seed=seed + 104_729 * it + i) for i, e in enumerate(envs)]
-        obs = [e.reset(seed=seed + 3_000_000 + 104_729 * it + i)[0] for i, e in enumerate(envs)]
-        keys = list(obs[0])
-        labels = _Labels(episodes)
-        horizon = envs[0].unwrapped.spec_.max_steps
+        expert = ExpertPolicy(seeds=[seed + 104_729 * it + i for i in range(episodes)])
+        policy = _Labelled(_Actor(actor), expert)
+        labels = _Labels(episodes, expert, lambda policy=policy: policy.labels)
         actor.eval()
-        for _ in tqdm(range(horizon), desc=f"dagger {it + 1}/{iterations}", disable=not progress, leave=False):
-            batch = {
-                k: torch.as_tensor(np.stack([o[k] for o in obs]), dtype=torch.float32, device=device) for k in keys
-            }
-            with torch.no_grad():
-                acts = _actor_action(actor, batch).cpu().numpy()
-            for i, env in enumerate(envs):
-                labels.add(i, obs[i], experts[i].act(obs[i]), experts[i])
-                obs[i] = env.step(acts[i])[0]
+        with tqdm(desc=f"dagger {it + 1}/{iterations}", disable=not progress, leave=False) as bar:
+            seeds = [seed + 3_000_000 + 104_729 * it + i for i in range(episodes)]
+            rollout(envs, policy, seeds, recorder=labels, bar=bar)
         for e in envs:
             e.close()
         demos = demos + labels.demos()

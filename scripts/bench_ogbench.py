@@ -117,7 +117,7 @@ def time_play(n: int, steps: int, seed: int) -> float:
         start = time.perf_counter()
         oracle.reset([env], [seed])
         for _ in range(steps):
-            action, _ = oracle.act({k: v[None] for k, v in obs.items()}, active)
+            action = oracle.act({k: v[None] for k, v in obs.items()}, active)
             obs, *_ = env.step(action[0])
         return time.perf_counter() - start
 

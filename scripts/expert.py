@@ -32,7 +32,7 @@ import json  # noqa: E402
 import shlex  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -40,18 +40,18 @@ from typing import Any  # noqa: E402
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import tyro  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
-from ecrl.envs import GOAL_KINDS, MAX_OBJECTS, ScriptedExpert  # noqa: E402
+from ecrl.envs import GOAL_KINDS, MAX_OBJECTS  # noqa: E402
+from ecrl.evaluation import evaluate as evaluate_policy  # noqa: E402
 from ecrl.reporting import (  # noqa: E402
     camera_strip,
     markdown_table,
     plot_success_vs_n,
     provenance,
     report_header,
-    wilson_interval,
     write_gif,
 )
+from ecrl.rollout import ExpertPolicy, Recorder, Step, rollout  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -96,61 +96,23 @@ class Args:
             raise ValueError(f"video_every must be >= 1, got {self.video_every}")
 
 
-def run_episode(
-    env: gym.Env, expert: ScriptedExpert, seed: int, on_step: Callable[[gym.Env], None] | None = None
-) -> dict[str, Any]:
-    """One episode until success or truncation; `on_step(env)` is called after reset and every step."""
-    obs, info = env.reset(seed=seed)
-    expert.reset()
-    length, done = 0, info["is_success"]
-    if on_step is not None:
-        on_step(env)
-    while not done:
-        obs, _, terminated, truncated, info = env.step(expert.act(obs))
-        length += 1
-        if on_step is not None:
-            on_step(env)
-        done = info["is_success"] or terminated or truncated
-    return {"success": bool(info["is_success"]), "fraction_placed": float(info["fraction_placed"]), "length": length}
-
-
 def evaluate(args: Args) -> list[dict[str, Any]]:
-    """Roll out every (goal kind, N) configuration; one summary row per configuration."""
+    """Roll out every (goal kind, N) configuration through :func:`ecrl.evaluation.evaluate` (the
+    evaluator of every policy; an episode ends at its first success); one summary row per configuration."""
     rows = []
-    bar = tqdm(total=len(args.goals) * len(args.n_objects) * args.episodes, unit="ep", dynamic_ncols=True)
     for goal in args.goals:
-        for n in args.n_objects:
-            bar.set_description(f"{goal} N={n}")
-            start = time.perf_counter()
-            env = gym.make("ecrl/Push-v0", n_objects=n, goal=goal)
-            expert = ScriptedExpert(env)
-            episodes = []
-            for e in range(args.episodes):
-                episodes.append(run_episode(env, expert, args.seed + e))
-                bar.update()
-            horizon = env.unwrapped.spec_.max_steps
-            env.close()
-            wall = time.perf_counter() - start
-            successes = sum(ep["success"] for ep in episodes)
-            lengths = np.array([ep["length"] for ep in episodes])
-            lo, hi = wilson_interval(successes, args.episodes)
+        report = evaluate_policy(
+            ExpertPolicy(), args.n_objects, goal=goal, episodes=args.episodes, seed=args.seed, stop_on_success=True
+        )
+        for r in report.rows():
+            keep = ("n_objects", "episodes", "successes", "success_rate", "success_ci95", "fraction_placed")
             rows.append(
                 {
                     "goal": goal,
-                    "n_objects": n,
-                    "episodes": args.episodes,
-                    "successes": successes,
-                    "success_rate": successes / args.episodes,
-                    "success_ci95": [lo, hi],
-                    "fraction_placed": float(np.mean([ep["fraction_placed"] for ep in episodes])),
-                    "episode_length": float(lengths.mean()),
-                    "horizon": horizon,
-                    "wall_s": wall,
-                    "steps_per_s": float(lengths.sum() / wall),
+                    **{k: r[k] for k in keep},
+                    **{k: r[k] for k in ("episode_length", "horizon", "wall_s", "steps_per_s")},
                 }
             )
-            bar.set_postfix(last=f"{successes}/{args.episodes}")
-    bar.close()
     return rows
 
 
@@ -188,20 +150,12 @@ def plot_success(rows: list[dict[str, Any]], path: Path) -> None:
 def record_media(args: Args, out: Path) -> dict[str, Any]:
     """Write `rollout.gif` (both cameras side by side) and `scene.png` (both cameras + segmentation)."""
     size = args.video_size
-    frames: list[np.ndarray] = []
-
-    calls = [0]
-
-    def grab(env: gym.Env) -> None:
-        calls[0] += 1
-        if (calls[0] - 1) % args.video_every == 0:
-            frames.append(camera_strip(env.unwrapped.render_views()))
-
     env = gym.make("ecrl/Push-v0", n_objects=args.video_n, goal=args.video_goal, width=size, height=size)
-    episode = run_episode(env, ScriptedExpert(env), args.seed, on_step=grab)
+    frames = _Frames(env, args.video_every)
+    rollout([env], ExpertPolicy(), [args.seed], recorder=frames, stop_on_success=True)
     env.close()
     gif = out / "rollout.gif"
-    gif_bytes = write_gif(gif, frames, fps=20 / args.video_every)
+    gif_bytes = write_gif(gif, frames.frames, fps=20 / args.video_every)
 
     env = gym.make("ecrl/Push-v0", n_objects=args.video_n, goal=args.video_goal, width=2 * size, height=2 * size)
     env.reset(seed=args.seed)
@@ -215,10 +169,33 @@ def record_media(args: Args, out: Path) -> dict[str, Any]:
         "goal": args.video_goal,
         "n_objects": args.video_n,
         "seed": args.seed,
-        "frames": len(frames),
+        "frames": len(frames.frames),
         "gif_bytes": gif_bytes,
-        **episode,
+        **frames.episode,
     }
+
+
+class _Frames(Recorder):
+    """Camera images of ``env`` at its reset and after every step (every ``every``-th kept), and how its episode went."""
+
+    def __init__(self, env: gym.Env, every: int) -> None:
+        self.env, self.every, self.frames, self.calls, self.episode = env, every, [], 0, {}
+
+    def _record(self, info: dict[str, Any], length: int) -> None:
+        self.episode = {
+            "success": bool(info["is_success"]),
+            "fraction_placed": float(info["fraction_placed"]),
+            "length": length,
+        }
+        if self.calls % self.every == 0:
+            self.frames.append(camera_strip(self.env.unwrapped.render_views()))
+        self.calls += 1
+
+    def start(self, i, seed, obs, info) -> None:
+        self._record(info, 0)
+
+    def step(self, s: Step) -> None:
+        self._record(s.info, s.t)
 
 
 def save_scene(views: dict[str, np.ndarray], seg: np.ndarray, n_entities: int, path: Path, title: str) -> None:

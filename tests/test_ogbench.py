@@ -153,7 +153,7 @@ def test_play_mode_success_equals_ogbenchs_under_its_oracle(make):
     oracle, active, flags = CubePlayOracle(), np.ones(1, bool), []
     oracle.reset([env], [5])
     for _ in range(160):
-        action, _ = oracle.act({k: v[None] for k, v in obs.items()}, active)
+        action = oracle.act({k: v[None] for k, v in obs.items()}, active)
         # The oracle's new targets come from the adapter's OGBench env: give OGBench's own env the same.
         own._target_block = env.ogbench_env._target_block
         own._data.mocap_pos[:] = env.ogbench_env._data.mocap_pos
@@ -242,7 +242,7 @@ def _ogbench_file(env, path, seeds, steps):
             arrays["observations"].append(ogb.compute_observation())
             arrays["qpos"].append(ogb._data.qpos.copy())
             arrays["qvel"].append(ogb._data.qvel.copy())
-            action, _ = oracle.act({k: v[None] for k, v in obs.items()}, active)
+            action = oracle.act({k: v[None] for k, v in obs.items()}, active)
             arrays["actions"].append(action[0])
             arrays["terminals"].append(t == steps - 1)
             if t < steps - 1:
