@@ -45,7 +45,7 @@ from ecrl.encoders import load_encoder
 from ecrl.evaluation import evaluate, log_tensorboard, scalars
 from ecrl.policy import Policy
 from ecrl.policy import load as load_policy
-from ecrl.training import RunOptions, append_csv, close_run, open_run, resume_config, torch_device, warmup_cosine
+from ecrl.training import RunOptions, append_csv, close_run, open_run, start_run, torch_device, warmup_cosine
 
 __all__ = ["DiffusionTrainConfig", "DiffusionTrainResult", "planner_policy", "train"]
 
@@ -287,12 +287,6 @@ def _init_from(models: dict[str, EntityDenoiser], path: Path, device: torch.devi
         model.load_state_dict(weights)
 
 
-def _run_dir(config: DiffusionTrainConfig) -> Path:
-    algo = "diffusion" if config.planner == "flat" else "hdiffusion"
-    name = config.name or f"{config.dataset.name}__{algo}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-    return config.runs_dir / name
-
-
 class _Trainer:
     """The state of a run: planner (whose denoisers are trained), their EMA copies, optimizer, step, samplers."""
 
@@ -429,10 +423,9 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
     With ``resume`` (a run directory) the run's own ``config.json`` is used, except for ``steps``,
     which may be raised to extend a finished run, and ``threads``, ``device`` and ``progress``.
     """
-    if resume is not None:
-        config = resume_config(DiffusionTrainConfig, config, resume, "a diffusion")
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    algo = lambda c: "diffusion" if c.planner == "flat" else "hdiffusion"  # noqa: E731
+    run = start_run(DiffusionTrainConfig, config, resume, "a diffusion", lambda c: f"{c.dataset.name}__{algo(c)}")
+    config = run.config
     device = torch_device(config.device)
     dataset = DemoDataset(config.dataset)
     if len(dataset) == 0:
@@ -445,10 +438,10 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
         source = LatentWindows(dataset, encoder, device, progress=config.progress)
         pixels = (encoder, source, {"size": int(dataset.pixel_meta["size"]), "cameras": list(dataset.cameras)})
     trainer = _Trainer(config, device, pixels)
-    run_dir = Path(resume) if resume is not None else _run_dir(config)
-    if resume is not None:
-        trainer.load(run_dir / "checkpoints" / "latest")
-    open_run(run_dir, config.to_json(), resume is not None, trainer.step)
+    run_dir = run.dir
+    if run.resumed:
+        trainer.load(run.checkpoint)
+    open_run(run, trainer.step)
     meta = {
         "arch": "diffusion" if config.planner == "flat" else "hierarchical_diffusion",
         "dataset": str(config.dataset),
@@ -516,5 +509,5 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
     trainer.policy(dict(meta, steps=trainer.step)).save(run_dir / "final")
     writer.close()
     result.steps, result.wall_s = trainer.step, time.perf_counter() - start
-    close_run(run_dir, trainer.step, result.wall_s)
+    close_run(run, trainer.step, result.wall_s)
     return result

@@ -1,5 +1,6 @@
-"""Small pieces the library's training loops share: run directories and their resumption, the
-learning-rate schedule, the progress CSV."""
+"""What the library's three trainings (RL, diffusion, encoders) share: one way to start, resume, open
+and close a run (:func:`start_run`, :func:`open_run`, :func:`close_run`), the learning-rate schedule,
+the progress CSV."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import math
 import time
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,14 @@ from ecrl.reporting import provenance
 from ecrl.retired import drop_retired
 
 __all__ = [
+    "Run",
     "RunOptions",
     "append_csv",
     "close_run",
     "open_run",
     "parse_assignment",
     "resume_config",
+    "start_run",
     "torch_device",
     "warmup_cosine",
 ]
@@ -74,7 +77,9 @@ def resume_config(cls: type, given: Any, run_dir: Path, what: str) -> Any:
     """
     saved = Path(run_dir) / "config.json"
     if not saved.exists():
-        raise FileNotFoundError(f"{run_dir} is not {what} run directory: it has no config.json")
+        raise FileNotFoundError(
+            f"{run_dir} is not {what} run directory with a checkpoint to resume: it has no config.json"
+        )
     config = cls.from_json(json.loads(saved.read_text()))
     config.steps = max(config.steps, given.steps)
     config.threads, config.device, config.progress = given.threads, given.device, given.progress
@@ -86,20 +91,54 @@ def torch_device(name: str) -> torch.device:
     return torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
 
 
-def open_run(run_dir: Path, config: Mapping[str, Any], resumed: bool, step: int) -> None:
-    """Create a new run directory (``config.json``, ``provenance.json``) unless ``resumed``, and log the session start."""
-    if not resumed:
-        if run_dir.exists():
-            raise FileExistsError(f"run directory {run_dir} exists; pass --resume {run_dir} to continue it")
-        run_dir.mkdir(parents=True)
-        (run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        (run_dir / "provenance.json").write_text(json.dumps(provenance(), indent=2) + "\n")
-    _session(run_dir, {"start_step": step, "time": time.time(), "resumed": resumed})
+@dataclass
+class Run:
+    """A training run's directory and the config it runs with (see :func:`start_run`)."""
+
+    dir: Path
+    config: Any
+    resumed: bool
+
+    @property
+    def checkpoint(self) -> Path:
+        """The run's latest checkpoint, which a resumed run continues from."""
+        return self.dir / "checkpoints" / "latest"
 
 
-def close_run(run_dir: Path, step: int, wall_s: float) -> None:
-    """Log the end of a session in ``run_dir/sessions.jsonl``."""
-    _session(run_dir, {"end_step": step, "wall_s": wall_s, "time": time.time()})
+def start_run(cls: type, config: Any, resume: Path | None, what: str, stem: Callable[[Any], str]) -> Run:
+    """The run every training (RL, diffusion, encoders) starts with; nothing is written yet (:func:`open_run`).
+
+    With ``resume`` (a run directory holding ``checkpoints/latest/training.json``): that run, with its
+    own config (:func:`resume_config`: a larger ``steps`` extends it). Otherwise a new run of
+    ``config`` in ``runs_dir/<name>``, by default ``<stem(config)>__<seed>__<time>`` (``stem``: task
+    or dataset, then algorithm or kind). Sets torch's CPU threads to the config's ``threads``.
+    """
+    if resume is not None:
+        run = Run(Path(resume), resume_config(cls, config, resume, what), True)
+        if not (run.checkpoint / "training.json").exists():
+            raise FileNotFoundError(f"{resume} has no checkpoint to resume (checkpoints/latest/training.json)")
+    else:
+        name = config.name or f"{stem(config)}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
+        run = Run(config.runs_dir / name, config, False)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    return run
+
+
+def open_run(run: Run, step: int) -> None:
+    """Create a new run's directory (``config.json``, ``provenance.json``) and log the session's start at ``step``."""
+    if not run.resumed:
+        if run.dir.exists():
+            raise FileExistsError(f"run directory {run.dir} exists; pick another --name or pass --resume {run.dir}")
+        run.dir.mkdir(parents=True)
+        (run.dir / "config.json").write_text(json.dumps(run.config.to_json(), indent=2) + "\n")
+        (run.dir / "provenance.json").write_text(json.dumps(provenance(), indent=2) + "\n")
+    _session(run.dir, {"start_step": step, "time": time.time(), "resumed": run.resumed})
+
+
+def close_run(run: Run, step: int, wall_s: float, **summary: Any) -> None:
+    """Log the end of a session (its last step, wall-clock and any ``summary``) in ``sessions.jsonl``."""
+    _session(run.dir, {"end_step": step, "wall_s": wall_s, "time": time.time(), **summary})
 
 
 def _session(run_dir: Path, record: Mapping[str, Any]) -> None:

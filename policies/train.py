@@ -54,8 +54,7 @@ from ecrl.policies.demos import (
 )
 from ecrl.policies.export import policy_from_model
 from ecrl.policies.sb3 import ENTITY_POLICIES
-from ecrl.reporting import provenance
-from ecrl.training import RunOptions
+from ecrl.training import RunOptions, close_run, open_run, start_run
 
 ALGOS = {"sac": SAC, "td3": TD3, "tqc": TQC}
 DEMOS_FILE = "demos.npz"
@@ -425,11 +424,6 @@ def run_periodic_eval(model, config: TrainConfig, logger) -> None:
 # ---------------------------------------------------------------------------------------------- the run
 
 
-def _run_dir(config: TrainConfig) -> Path:
-    name = config.name or f"{config.task}__{config.algo}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-    return config.runs_dir / name
-
-
 @dataclass
 class TrainResult:
     run_dir: Path
@@ -440,33 +434,24 @@ class TrainResult:
 
 
 def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
-    """Run (or, with ``resume`` = a run directory, continue) one training run. Returns where it went."""
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    if resume is not None:
-        run_dir = Path(resume)
-        ckpt = run_dir / "checkpoints" / "latest"
-        if not (run_dir / "config.json").exists() or not (ckpt / "training.json").exists():
-            raise FileNotFoundError(
-                f"{run_dir} is not a run directory with a checkpoint to resume (checkpoints/latest/)"
-            )
-        config = TrainConfig.from_json(json.loads((run_dir / "config.json").read_text()))
-    else:
-        run_dir = _run_dir(config)
-        if run_dir.exists():
-            raise FileExistsError(f"{run_dir} exists; pick another --name or use --resume {run_dir}")
-        run_dir.mkdir(parents=True)
-        (run_dir / "config.json").write_text(json.dumps(config.to_json(), indent=2) + "\n")
-        (run_dir / "provenance.json").write_text(json.dumps(provenance(), indent=2) + "\n")
+    """Run (or, with ``resume`` = a run directory, continue) one training run. Returns where it went.
 
+    With ``resume`` the run's own ``config.json`` is used, except for ``steps``, which may be raised to
+    extend a finished run, and ``threads``, ``device`` and ``progress`` (:func:`ecrl.training.start_run`).
+    """
+    run = start_run(TrainConfig, config, resume, "an RL", lambda c: f"{c.task}__{c.algo}")
+    config, run_dir = run.config, run.dir
     vec_cls = SubprocVecEnv if config.n_envs > 1 and config.subproc else DummyVecEnv
     env = make_vec_env(
         partial(_make_env, config),
         n_envs=config.n_envs,
-        seed=config.seed + (1_000_000 if resume else 0),
+        seed=config.seed + (1_000_000 if run.resumed else 0),
         vec_env_cls=vec_cls,
     )
     model = build_model(config, env)
+    if run.resumed:
+        load_checkpoint(model, run.checkpoint)
+    open_run(run, int(model.num_timesteps))
     model.set_logger(configure(str(run_dir / "tb"), ["tensorboard", "csv"]))
     started = time.perf_counter()
     result = TrainResult(run_dir=run_dir, env_steps=0, wall_s=0.0)
@@ -476,14 +461,14 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
     saved_demos = run_dir / "imitation" / DEMOS_FILE
     # On resume the buffer already holds the demos; the BC term needs them too: the set imitation
     # grew (saved beside the imitation policy), or else the expert's episodes again (same seeds).
-    if resume is not None and config.bc_weight > 0 and saved_demos.exists():
+    if run.resumed and config.bc_weight > 0 and saved_demos.exists():
         demos = Demos.load(saved_demos)
-    elif config.demos and (resume is None or config.bc_weight > 0):
+    elif config.demos and (not run.resumed or config.bc_weight > 0):
         demos = collect_demos(
             partial(_make_env, config),
             config.demos,
             seed=config.seed + 2_000_000,
-            replay_buffer=None if resume else model.replay_buffer,
+            replay_buffer=None if run.resumed else model.replay_buffer,
             progress=config.progress,
         )
     if demos is not None:
@@ -492,9 +477,7 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
             callbacks.append(DemoBCCallback(demos, config.bc_weight, config.bc_every, seed=config.seed))
     if config.actor_warmup:
         callbacks.append(FreezeActorCallback(config.actor_warmup))
-    if resume is not None:
-        load_checkpoint(model, ckpt)
-    elif demos is not None and config.bc_steps:
+    if not run.resumed and demos is not None and config.bc_steps:
         losses = pretrain_actor(model.actor, demos, config.bc_steps, seed=config.seed, progress=config.progress)
         result.bc_loss = float(np.mean(losses[-100:]))
         if config.dagger_iterations:
@@ -517,7 +500,7 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
         if config.eval_every:  # what imitation alone achieved, before any RL update (logged at step 0)
             run_periodic_eval(model, config, model.logger)
             model.logger.dump(0)
-    if resume is None:
+    if not run.resumed:
         # Nothing done so far is lost if the run dies once RL has started: --resume starts from here.
         save_checkpoint(model, config, run_dir, config.save_replay)
     # learning_starts counts env steps; the demos already fill the buffer.
@@ -529,7 +512,7 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
         model.learn(
             remaining,
             callback=CallbackList(callbacks),
-            reset_num_timesteps=resume is None,
+            reset_num_timesteps=not run.resumed,
             progress_bar=config.progress,
         )
     save_checkpoint(model, config, run_dir, config.save_replay)
@@ -537,11 +520,6 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
     env.close()
     result.env_steps = int(model.num_timesteps)
     result.wall_s = time.perf_counter() - started
-    summary = {"env_steps": result.env_steps, "wall_s_this_session": result.wall_s, "resumed": resume is not None}
-    if result.demo_success is not None:
-        summary["demo_success"] = result.demo_success
-    if result.bc_loss is not None:
-        summary["bc_loss"] = result.bc_loss
-    with open(run_dir / "sessions.jsonl", "a") as f:
-        f.write(json.dumps(summary) + "\n")
+    summary = {k: v for k, v in (("demo_success", result.demo_success), ("bc_loss", result.bc_loss)) if v is not None}
+    close_run(run, result.env_steps, result.wall_s, **summary)
     return result

@@ -52,16 +52,15 @@ def test_run_directory_checkpoint_and_resume(tmp_path):
     with np.load(latest / "replay.npz", allow_pickle=False) as replay:
         assert len(replay["actions"]) == 400
 
-    # "Kill" the run at 400 steps, raise its budget, resume: the step counter continues from 400.
-    cfg = json.loads((run / "config.json").read_text())
-    cfg["steps"] = 600
-    (run / "config.json").write_text(json.dumps(cfg))
+    # Resume the finished run with a larger --steps: it extends, and the step counter continues from 400.
     before = ecrl.load(latest)
-    resumed = train(config, resume=run)
+    resumed = train(tiny(tmp_path, steps=600, width=64), resume=run)  # the run's own width stays
     assert resumed.env_steps == 600
     assert json.loads((run / "checkpoints" / "latest" / "training.json").read_text())["num_timesteps"] == 600
+    assert json.loads((run / "config.json").read_text())["steps"] == 400  # the run's config file stays as started
     sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
-    assert [s["env_steps"] for s in sessions] == [400, 600] and sessions[1]["resumed"]
+    assert [s["start_step"] for s in sessions if "start_step" in s] == [0, 400] and sessions[2]["resumed"]
+    assert [s["end_step"] for s in sessions if "end_step" in s] == [400, 600]
     # Training went on from the checkpoint: the policy changed.
     obs = {"observation": np.zeros((2, 20), np.float32), "desired_goal": np.zeros((1, 14), np.float32)}
     obs["observation"][:, 0] = obs["desired_goal"][:, 0] = 1

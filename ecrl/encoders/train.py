@@ -46,7 +46,7 @@ from ecrl.training import (
     close_run,
     open_run,
     parse_assignment,
-    resume_config,
+    start_run,
     torch_device,
     warmup_cosine,
 )
@@ -196,11 +196,6 @@ def decomposition_picture(model: EntityEncoder, frames: Frames, index: np.ndarra
     return decomposition_image(*(t.float().cpu().numpy() for t in (images, out.recon, out.alpha, out.positions)))
 
 
-def _run_dir(config: EncoderTrainConfig) -> Path:
-    name = config.name or f"{config.dataset.name}__{config.kind}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-    return config.runs_dir / name
-
-
 class _Trainer:
     """The state of a run: encoder, optimizer, step counter, batch sampler."""
 
@@ -284,21 +279,19 @@ def train(config: EncoderTrainConfig, resume: Path | None = None) -> EncoderTrai
     With ``resume`` (a run directory) the run's own ``config.json`` is used, except ``steps`` (which
     may be raised to extend a finished run), ``threads``, ``device`` and ``progress``.
     """
-    if resume is not None:
-        config = resume_config(EncoderTrainConfig, config, resume, "an encoder")
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    run = start_run(EncoderTrainConfig, config, resume, "an encoder", lambda c: f"{c.dataset.name}__{c.kind}")
+    config = run.config
     device = torch_device(config.device)
     train_frames, test_frames = _frames(config)
     torch.manual_seed(config.seed)
     model = build_encoder(config.kind, **config.encoder_config(train_frames.views, train_frames.size))
-    if config.init is not None and resume is None:
+    if config.init is not None and not run.resumed:
         start_from(model, config.init)
     trainer = _Trainer(config, model, device)
-    run_dir = Path(resume) if resume is not None else _run_dir(config)
-    if resume is not None:
-        trainer.load(run_dir / "checkpoints" / "latest")
-    open_run(run_dir, config.to_json(), resume is not None, trainer.step)
+    run_dir = run.dir
+    if run.resumed:
+        trainer.load(run.checkpoint)
+    open_run(run, trainer.step)
     meta = {"dataset": str(config.dataset), "cameras": list(train_frames.cameras), "train_frames": len(train_frames)}
     writer = SummaryWriter(str(run_dir / "tb"))
     result = EncoderTrainResult(run_dir=run_dir, steps=trainer.step, wall_s=0.0)
@@ -374,5 +367,5 @@ def train(config: EncoderTrainConfig, resume: Path | None = None) -> EncoderTrai
     (run_dir / "scores.json").write_text(json.dumps({"steps": trainer.step, **scores.to_json()}, indent=2) + "\n")
     writer.close()
     result.steps, result.wall_s = trainer.step, time.perf_counter() - start
-    close_run(run_dir, trainer.step, result.wall_s)
+    close_run(run, trainer.step, result.wall_s)
     return result
