@@ -19,7 +19,8 @@ Per configuration it reports:
 
 A policy is anything with ``act(obs) -> (B, A)`` for a batch of observations (every key stacked
 on a leading axis), like :class:`ecrl.policy.Policy`; per-episode stateful policies also have
-``reset(envs, seeds)``, called after the envs are reset (see :class:`ExpertPolicy`).
+``reset(envs, seeds)``, called after the envs are reset (see :class:`ExpertPolicy`). A policy that acts
+through a rule (``meta["rule"]``, e.g. :class:`ecrl.focus.Focus`) is reported as rule-assisted.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ Examples:
     # a checkpoint, held-out colour × shape combinations only, with videos
     ecrl-eval runs/push3__sac__0__20250101-000000/checkpoints/latest --split colour_shape --parts test --video
 
+    # rule-assisted: at each step the policy sees the agent and the nearest object not yet placed,
+    # kept until placed (ecrl.focus.Focus); every row of the report says so
+    ecrl-eval results/rl_push2/select/policy --objects 2 4 8 --focus 1 --patience 30
+
     # the scripted expert alone, a smoke run in a few seconds
     ecrl-eval expert --objects 1 2 --episodes 2 --out /tmp/eval_expert
 """
