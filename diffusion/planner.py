@@ -6,8 +6,9 @@ exactly like an RL policy: ``ecrl.load(path).act(obs)`` and ``ecrl-eval``. Every
 ``replan_every`` calls it samples a plan (DDIM, ``sampling_steps`` denoiser calls) from the current
 observation and the goal, then executes the plan's actions one per call. ``reset()`` (called by
 the evaluation runner at the start of every batch of episodes) forgets the plan and reseeds the
-sampler, so evaluation is deterministic. With ``focus=k`` every plan sees only the agent and ``k``
-objects (:func:`ecrl.entities.focus_rows`), so a planner trained on few objects plans in familiar scenes among many.
+sampler, so evaluation is deterministic. To plan over only a few objects at a time (a planner trained
+on few objects, with many on the table), wrap the loaded policy in :class:`ecrl.focus.Focus`
+(``ecrl-eval --focus K``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from torch import nn
 from ecrl.checkpoint import register_builder
 from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser, denoiser_config
 from ecrl.diffusion.schedule import sample
-from ecrl.entities import check_focus, focus_rows
 
 __all__ = ["DiffusionPlanner"]
 
@@ -43,10 +43,6 @@ class DiffusionPlanner(nn.Module):
             noise for every plan solved more episodes (``results/diffusion_push3``). With either, the
             sampler is reseeded at :meth:`reset`, so evaluation is deterministic.
         guidance: classifier-free guidance weight on the goal (1: none; see :func:`~ecrl.diffusion.sample`).
-        focus: plan over at most this many objects (0: all of them); see :func:`ecrl.entities.focus_rows`. A
-            planner trained on N objects then plans, with more objects on the table, over scenes
-            like those it was trained on.
-        placed_within: metres from its target within which ``focus`` counts an object as placed.
     """
 
     def __init__(
@@ -57,8 +53,6 @@ class DiffusionPlanner(nn.Module):
         seed: int = 0,
         fixed_noise: bool = False,
         guidance: float = 1.0,
-        focus: int = 0,
-        placed_within: float = 0.04,
     ) -> None:
         super().__init__()
         config = denoiser_config(denoiser)
@@ -66,11 +60,9 @@ class DiffusionPlanner(nn.Module):
             raise ValueError(f"replan_every must be in [1, horizon={config.horizon}], got {replan_every}")
         if not 1 <= sampling_steps <= config.diffusion_steps:
             raise ValueError(f"sampling_steps must be in [1, {config.diffusion_steps}], got {sampling_steps}")
-        check_focus(focus, placed_within)
         self.denoiser = EntityDenoiser(config)
         self.sampling_steps, self.replan_every, self.seed = sampling_steps, replan_every, seed
         self.fixed_noise, self.guidance = fixed_noise, guidance
-        self.focus, self.placed_within = focus, placed_within
         self.reset()
 
     @property
@@ -83,8 +75,6 @@ class DiffusionPlanner(nn.Module):
             "seed": self.seed,
             "fixed_noise": self.fixed_noise,
             "guidance": self.guidance,
-            "focus": self.focus,
-            "placed_within": self.placed_within,
         }
 
     def reset(self, *_: Any) -> None:
@@ -103,19 +93,14 @@ class DiffusionPlanner(nn.Module):
             generator = torch.Generator(device).manual_seed(int(torch.randint(2**62, (1,), generator=self._generator)))
         else:
             generator = self._generator
-        observation, desired_goal, mask = obs["observation"], obs["desired_goal"], obs.get("mask")
-        if self.focus:
-            if mask is not None or self.denoiser.config.entity_dim:
-                raise ValueError("focus reads positions from ecrl entity rows; it does not apply to generic rows")
-            observation, desired_goal, _ = focus_rows(observation, desired_goal, self.focus, self.placed_within)
         return sample(
             self.denoiser,
-            observation,
-            desired_goal,
+            obs["observation"],
+            obs["desired_goal"],
             steps=self.sampling_steps,
             generator=generator,
             guidance=self.guidance,
-            mask=mask,
+            mask=obs.get("mask"),
         )
 
     @torch.no_grad()

@@ -19,7 +19,8 @@ Per configuration it reports:
 
 A policy is anything with ``act(obs) -> (B, A)`` for a batch of observations (every key stacked
 on a leading axis), like :class:`ecrl.policy.Policy`; per-episode stateful policies also have
-``reset(envs, seeds)``, called after the envs are reset (see :class:`ExpertPolicy`).
+``reset(envs, seeds)``, called after the envs are reset (see :class:`ExpertPolicy`). A policy that acts
+through a rule (``meta["rule"]``, e.g. :class:`ecrl.focus.Focus`) is reported as rule-assisted.
 """
 
 from __future__ import annotations
@@ -364,11 +365,18 @@ def log_tensorboard(report: EvalReport, writer, step: int = 0) -> None:
 
 
 def report_table(report: EvalReport, expert: EvalReport | None = None) -> str:
-    """Markdown table, a row per (part, N); with ``expert``, its success on the same seeds as the ceiling."""
+    """Markdown table, a row per (part, N); with ``expert``, its success on the same seeds as the ceiling.
+
+    A policy that acted through a rule (its ``meta["rule"]``, e.g. :class:`ecrl.focus.Focus`) gets a first
+    column that labels every row rule-assisted.
+    """
+    rule = report.policy.get("rule")
     header = ["part", "N", "success", "95% CI", "fraction placed [95% CI]", "return", "length / horizon"]
+    header = ["rule-assisted", *header] if rule else header
     rows = []
     for r in report.rows():
         row = [
+            *([rule] if rule else []),
             r["part"],
             r["n_objects"],
             f"{r['successes']}/{r['episodes']} ({r['success_rate']:.2f})",
@@ -389,7 +397,8 @@ def report_table(report: EvalReport, expert: EvalReport | None = None) -> str:
 
 def _label(report: EvalReport) -> str:
     meta = report.policy
-    return "scripted expert" if meta.get("arch") == "scripted_expert" else str(meta.get("arch") or "policy")
+    name = "scripted expert" if meta.get("arch") == "scripted_expert" else str(meta.get("arch") or "policy")
+    return f"{name} (rule-assisted: {meta['rule']})" if meta.get("rule") else name
 
 
 def plot_report(report: EvalReport, path: Path, expert: EvalReport | None = None, train_n: Sequence[int] = ()) -> None:
@@ -464,7 +473,13 @@ def write_report(
         + f"). An episode ends {stop}. *success*: every object placed at the episode's end (95% CI: "
         "Wilson score interval); *fraction placed*: at the episode's end (95% CI: normal approximation); "
         "*return*: sum of rewards; *length*: first step with every object placed, or the horizon if never. "
-        f"Total wall-clock {report.wall_s:.0f} s.",
+        f"Total wall-clock {report.wall_s:.0f} s."
+        + (
+            f" **Rule-assisted** ({report.policy['rule']}): at every step the policy saw only the objects a fixed "
+            "rule chose (`ecrl.focus.Focus`), not every object."
+            if report.policy.get("rule")
+            else ""
+        ),
         "",
         report_table(report, expert),
         "",

@@ -23,10 +23,12 @@ ANY = object()
 
 @dataclass(frozen=True)
 class Retired:
-    """A removed option: the value that reproduces what remains, and the README that recorded its trial."""
+    """A removed option: the value that reproduces what remains, the README that recorded its trial, and
+    what to use instead where its behaviour moved elsewhere (empty: it is gone; ``{value}`` stands for the saved value)."""
 
     neutral: Any
     record: str
+    instead: str = ""
 
 
 class RetiredOptionError(ValueError):
@@ -35,8 +37,13 @@ class RetiredOptionError(ValueError):
 
 _ENCODER_ABLATION = "results/encoders/ablation/README.md"
 _PUSH3 = "results/diffusion_push3/README.md"
+_PUSH2 = "results/rl_push2/README.md"
 _ENTITY_GOALS = Retired(True, _PUSH3)
 _RELATIVE_GOALS = Retired(False, _PUSH3)
+_FOCUS = (
+    "a model no longer chooses the objects it sees: remove the option from the saved kwargs (policy.json) and "
+    "wrap the loaded policy in ecrl.focus.Focus(policy, k={value}) (ecrl-eval --focus {value})"
+)
 
 RETIRED: dict[str, dict[str, Retired]] = {
     "ecrl.encoders.particles:ParticleEncoder": {
@@ -56,11 +63,30 @@ RETIRED: dict[str, dict[str, Retired]] = {
         "still_objects": Retired(0, _PUSH3),
         "still_clearance": Retired(ANY, _PUSH3),
     },
-    "ecrl.policies.export:EntityActorModule": {
-        "commit": Retired(True, "results/rl_push2/README.md"),
-        "skip_placed": Retired(True, "results/rl_push2/README.md"),
+    "ecrl.diffusion.planner:DiffusionPlanner": {
+        "focus": Retired(0, _PUSH3, _FOCUS),
+        "placed_within": Retired(ANY, _PUSH3),
     },
-    "ecrl.policies.train:TrainConfig": {"bc_q_filter": Retired(False, "results/rl_push1/README.md")},
+    "ecrl.policies.export:EntityActorModule": {
+        "commit": Retired(True, _PUSH2),
+        "skip_placed": Retired(True, _PUSH2),
+        "focus": Retired(0, _PUSH2, _FOCUS),
+        "placed_within": Retired(ANY, _PUSH2),
+        "select": Retired(
+            False,
+            _PUSH2,
+            "the learnt object scorer is gone (any fixed order of objects did as well); drop 'select' from "
+            "policy.json and the scorer.* tensors from policy.safetensors, then evaluate the action net with "
+            "ecrl.focus.Focus(policy, k=1, patience=30) (ecrl-eval --focus 1 --patience 30)",
+        ),
+        "patience": Retired(ANY, _PUSH2),
+    },
+    "ecrl.policies.train:TrainConfig": {
+        "bc_q_filter": Retired(False, "results/rl_push1/README.md"),
+        "select": Retired(
+            False, _PUSH2, "train the plain actor (no scorer) and evaluate it with ecrl-eval --focus 1 --patience 30"
+        ),
+    },
 }
 """``"<module>:<class>"`` of what the saved keyword arguments build (a policy's ``builder``, an encoder
 kind's class, a config dataclass) → its retired options."""
@@ -93,8 +119,11 @@ def drop_retired(model: str | type, kwargs: Mapping[str, Any]) -> dict[str, Any]
             continue
         value = kept.pop(name)
         if option.neutral is not ANY and value != option.neutral:
+            what = f"{model.rpartition(':')[2]} option {name}={value!r} was retired"
+            if option.instead:
+                raise RetiredOptionError(f"{what}: {option.instead.format(value=value)} ({option.record} says why)")
             raise RetiredOptionError(
-                f"{model.rpartition(':')[2]} option {name}={value!r} was retired: the library now always does what "
+                f"{what}: the library now always does what "
                 f"{name}={option.neutral!r} did ({option.record} says why). "
                 f"Use an ecrl version from before its removal to run what was saved with it, or retrain without it"
             )

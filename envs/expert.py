@@ -53,7 +53,6 @@ class ScriptedExpert:
         self._best, self._since, self._wander = np.inf, 0, 0
         self._aside_until: dict[int, int] = {}
         self.last_random = False  # whether the last action was a random step out of a stall
-        self.choice: int | None = None  # object (index among object rows) the last action worked on
 
     def _stalled(self, i: int, remaining: float) -> bool:
         """Track progress on object ``i``; True when it has stalled (and a few random steps follow)."""
@@ -72,7 +71,7 @@ class ScriptedExpert:
 
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """Action ``(2,) float32`` in ``[-1, 1]`` for one observation."""
-        self.last_random, self.choice = False, None
+        self.last_random = False
         rows = obs["observation"]
         if rows.ndim != 2:
             raise ValueError(f"act takes one observation, got observation of shape {rows.shape}")
@@ -101,7 +100,6 @@ class ScriptedExpert:
                 self._best, self._since = np.inf, 0
             i = self._current
             goal = targets[goal_of[i]]
-        self.choice = int(objects[i]) - 1
         if self._stalled(i, float(np.linalg.norm(pos[i] - goal))):
             self.last_random = True
             return self._rng.uniform(-1, 1, 2).astype(np.float32)

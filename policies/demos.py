@@ -16,12 +16,10 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from tqdm.auto import tqdm
 
-from ecrl.entities import take_objects
 from ecrl.rollout import ExpertPolicy, Recorder, Step, rollout
 
 IDLE_KEPT = 10
@@ -34,14 +32,12 @@ class _Labels(Recorder):
     acting policy; for :func:`dagger` it only labels the states the actor visits). Once every
     object is placed the expert idles for the rest of the episode: the first few idle steps are
     kept (how to stop) but not the long tail, which would swamp the data with zeros. Random steps
-    out of a stall are not kept: they are noise as labels. Each label also records the object the
-    expert worked on (``-1`` when idle), for actors that choose an object.
+    out of a stall are not kept: they are noise as labels.
     """
 
     def __init__(self, n: int, expert: ExpertPolicy, labels: Callable[[], np.ndarray] | None = None) -> None:
         self.obs: dict[str, list[np.ndarray]] = {}
         self.actions: list[np.ndarray] = []
-        self.choices: list[int] = []
         self.idle = [0] * n
         self.expert, self.labels = expert, labels
         self.episodes = self.successes = 0
@@ -57,7 +53,6 @@ class _Labels(Recorder):
             for k, v in s.obs.items():
                 self.obs.setdefault(k, []).append(v)
             self.actions.append(action.copy())
-            self.choices.append(-1 if expert.choice is None else expert.choice)
         if s.terminated or s.truncated:
             self.episodes += 1
             self.successes += bool(s.info.get("is_success", False))
@@ -65,7 +60,7 @@ class _Labels(Recorder):
     def demos(self) -> Demos:
         obs = {k: np.stack(v).astype(np.float32) for k, v in self.obs.items()}
         actions = np.stack(self.actions).astype(np.float32)
-        return Demos(obs, actions, np.asarray(self.choices, dtype=np.int64), self.episodes, self.successes)
+        return Demos(obs, actions, self.episodes, self.successes)
 
 
 class _ReplayFeed(Recorder):
@@ -123,12 +118,10 @@ class _Both(Recorder):
 @dataclass
 class Demos:
     """Expert transitions (without the long idle tail after success, see ``IDLE_KEPT``): ``obs``
-    (dict of ``(T, …)`` arrays), ``actions (T, A)`` in ``[-1, 1]`` and ``choices (T,)``, the object
-    the expert worked on (index among object rows; ``-1``: none, it idled)."""
+    (dict of ``(T, …)`` arrays) and ``actions (T, A)`` in ``[-1, 1]``."""
 
     obs: dict[str, np.ndarray]
     actions: np.ndarray
-    choices: np.ndarray
     episodes: int
     successes: int
 
@@ -140,7 +133,6 @@ class Demos:
         return Demos(
             obs={k: np.concatenate([v, other.obs[k]]) for k, v in self.obs.items()},
             actions=np.concatenate([self.actions, other.actions]),
-            choices=np.concatenate([self.choices, other.choices]),
             episodes=self.episodes,
             successes=self.successes,
         )
@@ -148,7 +140,7 @@ class Demos:
     def save(self, path: Path) -> None:
         """Write every transition to ``path`` (``.npz``, no pickle)."""
         arrays = {f"obs.{k}": v for k, v in self.obs.items()}
-        arrays.update(actions=self.actions, choices=self.choices, counts=np.array([self.episodes, self.successes]))
+        arrays.update(actions=self.actions, counts=np.array([self.episodes, self.successes]))
         with open(path, "wb") as f:
             np.savez(f, **arrays)
 
@@ -158,15 +150,12 @@ class Demos:
         with np.load(path, allow_pickle=False) as data:
             obs = {k.removeprefix("obs."): data[k] for k in data.files if k.startswith("obs.")}
             episodes, successes = (int(c) for c in data["counts"])
-            return cls(obs, data["actions"], data["choices"], episodes, successes)
+            return cls(obs, data["actions"], episodes, successes)
 
-    def batch(
-        self, idx: np.ndarray, device: torch.device | str
-    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
-        """``(obs, actions, choices)`` tensors of the transitions ``idx``."""
+    def batch(self, idx: np.ndarray, device: torch.device | str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """``(obs, actions)`` tensors of the transitions ``idx``."""
         obs = {k: torch.as_tensor(v[idx], device=device) for k, v in self.obs.items()}
-        as_t = lambda a: torch.as_tensor(a[idx], device=device)  # noqa: E731
-        return obs, as_t(self.actions), as_t(self.choices)
+        return obs, torch.as_tensor(self.actions[idx], device=device)
 
 
 def collect_demos(
@@ -231,25 +220,9 @@ def _actor_action(actor: torch.nn.Module, obs: dict[str, torch.Tensor]) -> torch
     return actor(obs, deterministic=True) if hasattr(actor, "action_dist") else actor(obs)
 
 
-def bc_errors(
-    actor: torch.nn.Module, obs: dict[str, torch.Tensor], target: torch.Tensor, choices: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sample squared error ``(B,)`` of the actor's deterministic action against the expert's,
-    and the cross-entropy of its object scorer against the expert's choices (0 for actors without one).
-
-    An actor that selects an object (``EntityActor(select=True)``) is taught both parts apart: its
-    action net acts on the object the expert chose (teacher forcing; on its own choice where the
-    expert idled), its scorer learns to choose that object.
-    """
-    scorer = getattr(actor, "scorer", None)
-    if scorer is None:
-        return ((_actor_action(actor, obs) - target) ** 2).sum(-1), target.new_zeros(())
-    logits = scorer(obs)
-    labelled = choices >= 0
-    ce = F.cross_entropy(logits[labelled], choices[labelled]) if labelled.any() else logits.new_zeros(())
-    index = torch.where(labelled, choices, logits.detach().argmax(-1))
-    action = actor.act_on(take_objects(obs, index[:, None]), deterministic=True)
-    return ((action - target) ** 2).sum(-1), ce
+def bc_errors(actor: torch.nn.Module, obs: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+    """Per-sample squared error ``(B,)`` of the actor's deterministic action against the expert's ``target (B, A)``."""
+    return ((_actor_action(actor, obs) - target) ** 2).sum(-1)
 
 
 def pretrain_actor(
@@ -261,17 +234,15 @@ def pretrain_actor(
     seed: int = 0,
     progress: bool = True,
 ) -> list[float]:
-    """Behaviour cloning: regress the actor's deterministic action onto the expert's (MSE; plus the
-    object scorer's cross-entropy for selecting actors, see :func:`bc_errors`). Returns losses."""
+    """Behaviour cloning: regress the actor's deterministic action onto the expert's (MSE). Returns losses."""
     rng = np.random.default_rng(seed)
     device = next(actor.parameters()).device
     optimizer = torch.optim.Adam(actor.parameters(), lr=lr)
     losses = []
     actor.train()
     for _ in tqdm(range(steps), desc="behaviour cloning", disable=not progress, leave=False):
-        obs, target, choices = demos.batch(rng.integers(len(demos), size=batch_size), device)
-        errors, ce = bc_errors(actor, obs, target, choices)
-        loss = errors.mean() / target.shape[-1] + ce
+        obs, target = demos.batch(rng.integers(len(demos), size=batch_size), device)
+        loss = bc_errors(actor, obs, target).mean() / target.shape[-1]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -305,16 +276,14 @@ class DemoBCCallback(BaseCallback):
         actor = model.policy.actor
         if not next(actor.parameters()).requires_grad:  # frozen (FreezeActorCallback)
             return True
-        obs, target, choices = self.demos.batch(self._rng.integers(len(self.demos), size=self.batch_size), model.device)
+        obs, target = self.demos.batch(self._rng.integers(len(self.demos), size=self.batch_size), model.device)
         actor.train()
-        per_sample, ce = bc_errors(actor, obs, target, choices)
-        loss = self.weight * (per_sample.mean() + ce)
+        per_sample = bc_errors(actor, obs, target)
+        loss = self.weight * per_sample.mean()
         actor.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         actor.optimizer.step()
         self.logger.record_mean("train/bc_loss", per_sample.mean().item())
-        if getattr(actor, "scorer", None) is not None:
-            self.logger.record_mean("train/choice_ce", ce.item())
         return True
 
 

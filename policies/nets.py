@@ -16,16 +16,7 @@ import torch
 from torch import nn
 
 from ecrl.attention import AttentionBlock, AttentionPool, layer_norm, mlp, normed_mlp
-from ecrl.entities import (
-    _GOAL_XY,
-    _XY,
-    ENTITY_DIM,
-    ENTITY_FIELDS,
-    GOAL_DIM,
-    GOAL_FIELDS,
-    placed_objects,
-    take_objects,
-)
+from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
 
 ARCHITECTURES = ("eit", "deepsets")
 
@@ -151,81 +142,3 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of ``x ([E,] B, N, C)`` over the rows where ``mask (B, N)`` is True."""
     m = mask.to(x.dtype)
     return (x * m[..., None]).sum(-2) / m.sum(-1, keepdim=True).clamp(min=1.0)
-
-
-class ObjectScorer(nn.Module):
-    """One logit per object, from that object alone: its row, its goal row and the agent's row.
-
-    Each object is scored by the same MLP on ``[agent, object, goal, object - agent, goal - object]``
-    (positions in the plane for the differences), with no attention between objects: a rule learnt
-    on two objects is applied unchanged to any number of them. It relies on the ``ecrl`` envs'
-    alignment of goal row ``i`` with object row ``i + 1`` (as :func:`ecrl.entities.focus_rows`).
-    """
-
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.register_buffer("entity_scale", ENTITY_SCALE.clone(), persistent=False)
-        self.register_buffer("goal_scale", GOAL_SCALE.clone(), persistent=False)
-        self.mlp = mlp([2 * ENTITY_DIM + GOAL_DIM + 4, 2 * width, 2 * width, 1])
-
-    def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """``(B, n)`` logits; ``-inf`` on absent object rows."""
-        dtype = self.entity_scale.dtype
-        ents, goals = obs["observation"].to(dtype), obs["desired_goal"].to(dtype)
-        _check_rows("observation", ents, ENTITY_DIM)
-        _check_rows("desired_goal", goals, GOAL_DIM)
-        agent, objects = ents[:, :1], ents[:, 1:]
-        if objects.shape[:2] != goals.shape[:2]:
-            raise ValueError(
-                f"the object scorer needs one goal row per object row: observation {tuple(ents.shape)}, "
-                f"desired_goal {tuple(goals.shape)}"
-            )
-        scale = self.entity_scale[_XY]
-        features = torch.cat(
-            [
-                (agent * self.entity_scale).expand_as(objects),
-                objects * self.entity_scale,
-                goals * self.goal_scale,
-                (objects[..., _XY] - agent[..., _XY]) * scale,
-                (goals[..., _GOAL_XY] - objects[..., _XY]) * scale,
-            ],
-            dim=-1,
-        )
-        return self.mlp(features)[..., 0].masked_fill(objects[..., _PRESENT] <= 0.5, float("-inf"))
-
-
-def choose_object(
-    scorer: ObjectScorer,
-    obs: Mapping[str, torch.Tensor],
-    placed: torch.Tensor | None = None,
-    set_aside: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``(B,)`` the object the scorer rates highest in each scene (no gradient flows through the choice).
-
-    ``placed (B, n)`` bool (:func:`ecrl.entities.placed_objects`): objects passed over while any
-    other is left, so the policy does not work on what is done. ``set_aside (B, n)`` bool: objects
-    passed over too, while any object neither placed nor set aside is left.
-    """
-    with torch.no_grad():
-        logits = scorer(obs)
-        if set_aside is not None:
-            logits = _pass_over(logits, set_aside if placed is None else set_aside | placed)
-        if placed is not None:
-            logits = _pass_over(logits, placed)
-        return logits.argmax(-1)
-
-
-def _pass_over(logits: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
-    """``logits`` with the ``skip`` rows at ``-inf`` in every scene where some other row stays open."""
-    open_ = torch.isfinite(logits) & ~skip
-    return torch.where(open_.any(-1, keepdim=True) & skip, float("-inf"), logits)
-
-
-def select_object(scorer: ObjectScorer, obs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``obs`` cut down to the agent and the object :func:`choose_object` picks, with its goal row.
-
-    The choice is a hard argmax: the scorer learns it from the expert's choices by cross-entropy,
-    while the action net behind it learns from the chosen object.
-    """
-    placed = placed_objects(obs["observation"], obs["desired_goal"])
-    return take_objects(obs, choose_object(scorer, obs, placed)[:, None])

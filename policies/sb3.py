@@ -20,7 +20,7 @@ from stable_baselines3.common.policies import BaseModel, BasePolicy
 from stable_baselines3.sac.policies import SACPolicy
 from stable_baselines3.td3.policies import TD3Policy
 
-from ecrl.policies.nets import EntityNet, NetConfig, ObjectScorer, select_object
+from ecrl.policies.nets import EntityNet, NetConfig
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
@@ -32,13 +32,7 @@ def _net_config(net: NetConfig | dict[str, Any] | None) -> NetConfig:
 
 
 class EntityActor(BasePolicy):
-    """Deterministic (TD3: ``tanh`` of the net) or squashed-Gaussian (SAC/TQC) actor over entities.
-
-    With ``select`` an object scorer (:class:`ecrl.policies.nets.ObjectScorer`) rates every object
-    and the action net sees only the agent and the object rated highest
-    (:func:`ecrl.policies.nets.select_object`): the policy works on one object at a time, chosen by
-    a rule learnt from the expert's choices.
-    """
+    """Deterministic (TD3: ``tanh`` of the net) or squashed-Gaussian (SAC/TQC) actor over entities."""
 
     def __init__(
         self,
@@ -46,40 +40,28 @@ class EntityActor(BasePolicy):
         action_space: spaces.Box,
         net: NetConfig,
         stochastic: bool,
-        select: bool = False,
     ) -> None:
         super().__init__(observation_space, action_space, squash_output=True)
-        self.net_config, self.stochastic, self.select = net, stochastic, select
+        self.net_config, self.stochastic = net, stochastic
         self.action_dim = int(action_space.shape[0])
         self.net = EntityNet(net, out_dim=2 * self.action_dim if stochastic else self.action_dim)
-        self.scorer = ObjectScorer(net.width) if select else None
         if stochastic:
             self.action_dist = SquashedDiagGaussianDistribution(self.action_dim)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        data.update(net=asdict(self.net_config), stochastic=self.stochastic, select=self.select)
+        data.update(net=asdict(self.net_config), stochastic=self.stochastic)
         return data
 
-    def net_input(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """What the action net reads: ``obs``, or with ``select`` the agent and the chosen object."""
-        return obs if self.scorer is None else select_object(self.scorer, obs)
-
-    def _dist_params(self, net_input: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, log_std = self.net(net_input).chunk(2, dim=-1)
-        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-
     def get_action_dist_params(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        return *self._dist_params(self.net_input(obs)), {}
-
-    def act_on(self, net_input: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
-        """The action for an input already cut down by :meth:`net_input` (or by a teacher's choice)."""
-        if not self.stochastic:
-            return torch.tanh(self.net(net_input))
-        return self.action_dist.actions_from_params(*self._dist_params(net_input), deterministic=deterministic)
+        mean, log_std = self.net(obs).chunk(2, dim=-1)
+        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX), {}
 
     def forward(self, obs: dict[str, torch.Tensor], deterministic: bool = False) -> torch.Tensor:
-        return self.act_on(self.net_input(obs), deterministic)
+        if not self.stochastic:
+            return torch.tanh(self.net(obs))
+        mean, log_std, _ = self.get_action_dist_params(obs)
+        return self.action_dist.actions_from_params(mean, log_std, deterministic=deterministic)
 
     def action_log_prob(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std, _ = self.get_action_dist_params(obs)
@@ -134,17 +116,14 @@ class _EntityPolicyMixin:
         action_space,
         lr_schedule,
         net: NetConfig | dict | None = None,
-        select: bool = False,
         **kwargs,
     ):
         _check_space(observation_space)
-        self.net_config, self.select = _net_config(net), select
+        self.net_config = _net_config(net)
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
     def make_actor(self, features_extractor=None) -> EntityActor:
-        actor = EntityActor(
-            self.observation_space, self.action_space, self.net_config, self.stochastic_actor, self.select
-        )
+        actor = EntityActor(self.observation_space, self.action_space, self.net_config, self.stochastic_actor)
         return actor.to(self.device)
 
     def make_critic(self, features_extractor=None) -> EntityCritic:
@@ -155,7 +134,7 @@ class _EntityPolicyMixin:
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()
-        data.update(net=asdict(self.net_config), select=self.select)
+        data.update(net=asdict(self.net_config))
         return data
 
 

@@ -129,9 +129,6 @@ class TrainConfig(RunOptions):
     """TD3 Gaussian exploration noise (std, in units of the action bound)."""
     demos: int = 200
     """Scripted-expert episodes added to the replay buffer before training (0: none)."""
-    select: bool = False
-    """The actor works on one object at a time: a per-object scorer, learnt from the expert's choices by
-    cross-entropy, picks it, and the action net sees the agent and that object only (EIT only)."""
     bc_steps: int = 3000
     """Behaviour-cloning steps pre-training the actor on the demonstrations."""
     dagger_iterations: int = 12
@@ -175,10 +172,6 @@ class TrainConfig(RunOptions):
             problems.append("bc_weight > 0 needs demonstrations (--demos N)")
         if (self.bc_steps > 0 or self.dagger_iterations > 0) and self.demos == 0:
             problems.append("bc_steps > 0 or dagger_iterations > 0 needs demonstrations (--demos N)")
-        if self.select and (self.arch != "eit" or self.demos == 0):
-            problems.append(
-                f"select needs the EIT and demonstrations to learn the choice from (arch {self.arch!r}, demos {self.demos})"
-            )
         if problems:
             raise ValueError("invalid training config: " + "; ".join(problems))
 
@@ -250,7 +243,7 @@ def build_model(config: TrainConfig, env) -> SAC | TD3 | TQC:
     else:
         policy = ENTITY_POLICIES[config.algo]
         net = {"arch": config.arch, "width": config.width, "heads": config.heads, "blocks": config.blocks}
-        kwargs["policy_kwargs"] = {"net": dict(net, mlp_ratio=config.mlp_ratio), "select": config.select}
+        kwargs["policy_kwargs"] = {"net": dict(net, mlp_ratio=config.mlp_ratio)}
     return algo_cls(policy, env, **kwargs)
 
 
@@ -491,7 +484,7 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
                 seed=config.seed,
                 progress=config.progress,
             )
-            demos.obs, demos.actions, demos.choices = grown.obs, grown.actions, grown.choices  # the BC term uses all
+            demos.obs, demos.actions = grown.obs, grown.actions  # the BC term uses all
         if config.algo == "td3":
             model.actor_target.load_state_dict(model.actor.state_dict())
         # The policy as imitation left it, before any RL update, for comparison with final/.

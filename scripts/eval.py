@@ -23,6 +23,10 @@ Examples:
     # a checkpoint, held-out colour × shape combinations only, with videos
     ecrl-eval runs/push3__sac__0__20250101-000000/checkpoints/latest --split colour_shape --parts test --video
 
+    # rule-assisted: at each step the policy sees the agent and the nearest object not yet placed,
+    # kept until placed (ecrl.focus.Focus); every row of the report says so
+    ecrl-eval results/rl_push2/select/policy --objects 2 4 8 --focus 1 --patience 30
+
     # the scripted expert alone, a smoke run in a few seconds
     ecrl-eval expert --objects 1 2 --episodes 2 --out /tmp/eval_expert
 """
@@ -55,6 +59,7 @@ from ecrl.evaluation import (  # noqa: E402
     report_table,
     write_report,
 )
+from ecrl.focus import Focus  # noqa: E402
 from ecrl.policy import CONFIG, Policy  # noqa: E402
 from ecrl.scripts.cli import cli_errors
 from ecrl.training import parse_assignment  # noqa: E402
@@ -94,6 +99,10 @@ class Args:
     """Torch device of the policy."""
     policy_options: tuple[str, ...] = ()
     """`KEY=VALUE` settings of the policy to change for this evaluation (e.g. `sampling_steps=10 fixed_noise=false` for a diffusion planner); any plain setting in its policy.json `kwargs`. `--copy-policy` copies the policy with them."""
+    focus: int = 0
+    """Rule-assisted evaluation: at every step show the policy the agent and at most this many objects, those not yet placed nearest the pusher first (`ecrl.focus.Focus`; 0: every object, no rule). Reports label the rows rule-assisted."""
+    patience: int = 0
+    """With `--focus`: 0 chooses the objects afresh at every step; P > 0 keeps them until placed and sets aside for P steps one that has not come 5 mm nearer its target for P steps."""
     copy_policy: bool = False
     """Copy the evaluated checkpoint (and the run's config.json, training log and sessions) into `<out>/policy/`, so the output folder can be re-evaluated on its own."""
     progress: bool = True
@@ -145,10 +154,24 @@ def resolve(args: Args, policy) -> tuple[tuple[int, ...], dict]:
     return objects, {**kwargs, "stop_on_success": args.stop_on_success, "progress": args.progress}
 
 
-def run(args: Args, policy, objects: tuple[int, ...], kwargs: dict, command: str) -> tuple[str, Path]:
-    """Evaluate, write every output, and return the table and the output directory."""
+def focused(args: Args, policy: Policy | ExpertPolicy) -> Policy | ExpertPolicy | Focus:
+    """``policy``, or with ``--focus K`` the policy behind the object-focus rule (:class:`ecrl.focus.Focus`)."""
+    if not args.focus:
+        if args.patience:
+            raise ValueError(f"--patience {args.patience} applies to the focus rule: add --focus K")
+        return policy
+    if args.path == EXPERT:
+        raise ValueError("--focus needs a trained policy, not the scripted expert (it reads every object itself)")
+    return Focus(policy, args.focus, args.patience)
+
+
+def run(args: Args, policy, objects: tuple[int, ...], kwargs: dict, command: str, acting=None) -> tuple[str, Path]:
+    """Evaluate ``acting`` (default: ``policy``; e.g. ``policy`` behind a rule), write every output, and return
+    the table and the output directory; ``--copy-policy`` copies ``policy``."""
     out = args.out or default_out(args.path)
-    report = evaluate(policy, objects, video_dir=out / "videos" if args.video else None, **kwargs)
+    report = evaluate(
+        policy if acting is None else acting, objects, video_dir=out / "videos" if args.video else None, **kwargs
+    )
     expert = evaluate(ExpertPolicy(), objects, **kwargs) if args.expert and args.path != EXPERT else None
     write_report(report, out, command, expert=expert)
     run_dir = Path(args.path)
@@ -209,6 +232,10 @@ def with_policy_options(policy: Policy, items: Sequence[str]) -> Policy:
     """``policy`` with ``["sampling_steps=10", "fixed_noise=false"]`` applied (see :meth:`Policy.with_options`);
     each value is typed like the setting it replaces."""
     types = {k: type(v) for k, v in policy.options.items()}
+    for item in items:  # the spelling of before ecrl.focus (issue 20)
+        name, _, value = item.partition("=")
+        if name == "focus":
+            raise ValueError(f"focus is not a policy option but a rule around the policy: use --focus {value}")
     return policy.with_options(**dict(parse_assignment(item, types, "policy option") for item in items))
 
 
@@ -222,8 +249,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             if args.path == EXPERT:
                 raise ValueError("--policy-options needs a trained policy, not the scripted expert")
             policy = with_policy_options(policy, args.policy_options)
+        acting = focused(args, policy)
         objects, kwargs = resolve(args, policy)
-    table, out = run(args, policy, objects, kwargs, command=shlex.join(["ecrl-eval", *argv]))
+    table, out = run(args, policy, objects, kwargs, command=shlex.join(["ecrl-eval", *argv]), acting=acting)
     print(table)
     extra = (", videos/" if args.video else "") + (", policy/" if args.copy_policy else "")
     print(f"wrote {out}/ (eval.json, README.md, success.png, tb/{extra})")

@@ -13,7 +13,8 @@ import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
 from ecrl.diffusion import DenoiserConfig
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.train import planner_policy, train
-from ecrl.entities import focus_rows
+from ecrl.entities import ENTITY_DIM
+from ecrl.focus import Focus, focus_order
 from ecrl.scripts.train_diffusion import main
 
 TINY = DenoiserConfig(width=16, heads=2, blocks=1, horizon=4, diffusion_steps=20)
@@ -71,24 +72,23 @@ def test_planner_rejects_bad_settings():
         DiffusionPlanner(TINY, replan_every=TINY.horizon + 1)
     with pytest.raises(ValueError, match="sampling_steps"):
         DiffusionPlanner(TINY, sampling_steps=TINY.diffusion_steps + 1)
-    with pytest.raises(ValueError, match="focus must be an int >= 0"):
-        DiffusionPlanner(TINY, focus=-1)
-    with pytest.raises(ValueError, match="placed_within must be positive"):
-        DiffusionPlanner(TINY, placed_within=0.0)
 
 
-def test_a_focused_planner_sees_only_its_focus(policy):
+def test_a_planner_behind_the_focus_plans_over_its_focus_only(policy, monkeypatch):
     env = gym.make("ecrl/Push-v0", n_objects=6)
     obs, _ = env.reset(seed=2)
-    batch = {k: torch.as_tensor(v[None]) for k, v in obs.items()}
-    focused = policy.with_options(focus=2).module
+    planned = []
+    plan = policy.module.plan
+    monkeypatch.setattr(policy.module, "plan", lambda batch: planned.append(batch["observation"].shape) or plan(batch))
+    focused = Focus(policy, k=2)
     focused.reset()
-    plan = focused.plan(batch)
-    assert plan.rows.shape[2] == 3  # the agent and two objects
-    rows, goals, _ = focus_rows(batch["observation"], batch["desired_goal"], 2)
-    plain = policy.module
-    plain.reset()
-    torch.testing.assert_close(plan.actions, plain.plan({"observation": rows, "desired_goal": goals}).actions)
+    action = focused.act(obs)
+    assert planned == [(1, 3, ENTITY_DIM)]  # the agent and two objects
+    batch = {k: v[None] for k, v in obs.items()}
+    policy.reset()
+    np.testing.assert_array_equal(
+        action, policy.act(focused.cut(batch, focus_order(batch["observation"], batch["desired_goal"])[:, :2]))[0]
+    )
 
 
 tiny_config = tiny_train_config
@@ -163,12 +163,11 @@ def test_with_options_changes_settings_not_weights(policy, tmp_path):
 def test_with_options_sets_settings_added_after_a_checkpoint_was_saved(policy, tmp_path):
     path = policy.save(tmp_path / "old")
     config = json.loads((path / "policy.json").read_text())
-    for key in ("focus", "placed_within"):  # as written before these settings existed
-        del config["kwargs"][key]
+    del config["kwargs"]["guidance"]  # as written before this setting existed
     (path / "policy.json").write_text(json.dumps(config))
     old = ecrl.load(path)
-    assert old.module.focus == 0 and old.options["focus"] == 0
-    assert old.with_options(focus=3, placed_within=0.05).module.focus == 3
+    assert old.module.guidance == 1.0 and old.options["guidance"] == 1.0
+    assert old.with_options(guidance=2.0).module.guidance == 2.0
 
 
 def test_with_options_refuses_what_it_cannot_set(policy):
@@ -230,16 +229,41 @@ def test_eval_cli_sets_policy_options_and_copies_them(policy, tmp_path, capsys):
     path = policy.save(tmp_path / "planner")
     out = tmp_path / "out"
     args = [str(path), "--objects", "1", "--episodes", "1", "--no-progress", "--no-expert", "--out", str(out)]
-    eval_main([*args, "--policy-options", "sampling_steps=2", "fixed_noise=true", "focus=1", "--copy-policy"])
+    eval_main([*args, "--policy-options", "sampling_steps=2", "fixed_noise=true", "--copy-policy"])
     assert json.loads((out / "eval.json").read_text())["policy"]["kwargs"]["sampling_steps"] == 2
     copied = ecrl.load(out / "policy")
-    assert copied.module.sampling_steps == 2 and copied.module.fixed_noise is True and copied.module.focus == 1
+    assert copied.module.sampling_steps == 2 and copied.module.fixed_noise is True
     for bad, message in (
         ("steps", "name=value"),
         ("guidance=high", "not a valid float"),
         ("seeds=1", "among"),
-        ("focus=-1", "focus must be"),
+        ("focus=1", "use --focus 1"),
     ):
         with pytest.raises(SystemExit) as exit_:
             eval_main([*args, "--policy-options", bad])
         assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_eval_cli_focus_labels_the_report_rule_assisted_and_copies_the_plain_policy(policy, tmp_path, capsys):
+    from ecrl.scripts.eval import main as eval_main
+
+    path = policy.save(tmp_path / "planner")
+    out = tmp_path / "out"
+    args = [str(path), "--objects", "3", "--episodes", "1", "--no-progress", "--no-expert", "--out", str(out)]
+    eval_main([*args, "--focus", "1", "--patience", "30", "--copy-policy"])
+    report = json.loads((out / "eval.json").read_text())
+    assert report["policy"]["rule"] == "focus k=1, patience 30" and report["policy"]["focus"]["k"] == 1
+    readme = (out / "README.md").read_text()
+    assert "**Rule-assisted** (focus k=1, patience 30)" in readme
+    assert "| rule-assisted | part |" in readme and "| focus k=1, patience 30 | train | 3 |" in readme
+    assert ecrl.load(out / "policy").kwargs == policy.kwargs  # the rule is not saved into the model
+    for bad, message in (
+        (["--focus", "-1"], "k (objects in focus) must be an int >= 1"),
+        (["--patience", "5"], "add --focus K"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            eval_main([*args, *bad])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        eval_main(["expert", "--objects", "1", "--episodes", "1", "--focus", "1", "--out", str(out)])
+    assert exit_.value.code == 2 and "not the scripted expert" in capsys.readouterr().err

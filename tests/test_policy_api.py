@@ -12,7 +12,7 @@ from torch import nn
 
 import ecrl
 import ecrl.policy
-from ecrl.entities import focused
+from ecrl.focus import Focus, focus_order
 from ecrl.policies.export import EntityActorModule, FlatActorModule, policy_from_model
 from ecrl.policies.sb3 import ENTITY_POLICIES
 from ecrl.policy import CONFIG, WEIGHTS, CheckpointError, Policy
@@ -136,18 +136,16 @@ def test_entity_policy_trained_on_two_objects_runs_on_six_and_twelve(saved):
     )
 
 
-def test_a_focused_entity_policy_acts_on_its_focus_only(saved, tmp_path):
+def test_an_entity_policy_behind_the_focus_acts_on_its_focus_only(saved, models):
     policy, _ = saved
-    focused_policy = policy.with_options(focus=2)
-    assert focused_policy.module.focus == 2 and policy.module.focus == 0
     batch = stack(observations(6, seeds=(0, 1, 2)))
-    tensors = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in batch.items()}
-    cut = {k: v.numpy() for k, v in focused(tensors, 2).items()}
+    focused = Focus(policy, k=2)
+    cut = focused.cut(batch, focus_order(batch["observation"], batch["desired_goal"])[:, :2])
     assert cut["observation"].shape == (3, 3, 20)
-    np.testing.assert_allclose(focused_policy.act(batch), policy.act(cut), atol=1e-6)
-    loaded = ecrl.load(focused_policy.save(tmp_path / "focused"))
-    assert loaded.module.focus == 2
-    np.testing.assert_array_equal(loaded.act(batch), focused_policy.act(batch))
+    np.testing.assert_allclose(focused.act(batch), policy.act(cut), atol=1e-6)
+    assert "focus" not in policy.options  # a rule around the policy, not a setting of its model
+    with pytest.raises(ValueError, match="runs on any number of objects"):
+        Focus(exported(models, "sac", "mlp"), k=1)
 
 
 @pytest.mark.parametrize("algo", ["sac", "td3"])

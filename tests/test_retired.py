@@ -24,11 +24,20 @@ RESULTS = ROOT / "results"
 RELATIVE_GOALS = ("flat", "flat_40k", "hierarchical", "hierarchical_40k")
 """``results/diffusion_hierarchical`` planners trained with the retired ``relative_goals=True`` (documented there)."""
 UNLOADABLE = {RESULTS / "diffusion_hierarchical" / name: "relative_goals=True" for name in RELATIVE_GOALS}
-UNLOADABLE_RUNS = UNLOADABLE | {RESULTS / "diffusion_push3" / "still_objects" / "policy": "still_objects=3"}
-"""Training configs whose run used a retired option: the planners above, and the still-objects trial."""
+SELECT_RUNS = {
+    RESULTS / "rl_push2" / name / "policy": "select=True" for name in ("select", "select_seed1", "select_seed2")
+}
+"""``results/rl_push2`` actors trained with the retired object scorer: their checkpoints were saved again without
+it (documented there), their training configs still name it."""
+UNLOADABLE_RUNS = (
+    UNLOADABLE | SELECT_RUNS | {RESULTS / "diffusion_push3" / "still_objects" / "policy": "still_objects=3"}
+)
+"""Training configs whose run used a retired option: the planners above, the selecting actors, and the
+still-objects trial."""
 RECORD = {
     "relative_goals=True": "results/diffusion_push3/README.md",
     "still_objects=3": "results/diffusion_push3/README.md",
+    "select=True": "results/rl_push2/README.md",
 }
 
 POLICIES = sorted(p.parent for p in RESULTS.rglob("policy.json"))
@@ -112,12 +121,32 @@ def _edit(src: Path, dst: Path, file: str, edit) -> Path:
 
 def test_a_policy_saved_with_a_retired_option_loads_at_its_neutral_value_only(tmp_path):
     select = RESULTS / "rl_push2" / "select" / "policy"
-    neutral = _edit(select, tmp_path / "a", "policy.json", lambda c: c["kwargs"].update(commit=True, skip_placed=True))
-    policy = ecrl.load(neutral)
-    assert "commit" not in policy.kwargs and policy.with_options(patience=0).module.patience == 0
+    neutral = {"commit": True, "skip_placed": True, "select": False, "focus": 0, "placed_within": 0.05, "patience": 9}
+    policy = ecrl.load(_edit(select, tmp_path / "a", "policy.json", lambda c: c["kwargs"].update(neutral)))
+    assert set(policy.kwargs) == {"net", "action_dim", "stochastic"}
     changed = _edit(select, tmp_path / "b", "policy.json", lambda c: c["kwargs"].update(skip_placed=False))
     with pytest.raises(CheckpointError, match=r"skip_placed=False was retired.*results/rl_push2/README.md"):
         ecrl.load(changed)
+
+
+def test_a_model_saved_with_focus_says_to_wrap_it_in_the_focus_rule(tmp_path):
+    longest = RESULTS / "diffusion_push3" / "longest" / "policy"
+    planner = _edit(longest, tmp_path / "a", "policy.json", lambda c: c["kwargs"].update(focus=2, placed_within=0.04))
+    with pytest.raises(CheckpointError, match=r"focus=2 was retired.*Focus\(policy, k=2\).*--focus 2.*diffusion_push3"):
+        ecrl.load(planner)
+    actor = _edit(RESULTS / "rl_push2" / "eit_bc80k" / "policy", tmp_path / "b", "policy.json",
+                  lambda c: c["kwargs"].update(focus=1))  # fmt: skip
+    with pytest.raises(CheckpointError, match=r"focus=1 was retired.*--focus 1.*results/rl_push2/README.md"):
+        ecrl.load(actor)
+
+
+def test_an_actor_saved_with_its_object_scorer_names_the_retirement(tmp_path):
+    select = _edit(RESULTS / "rl_push2" / "select" / "policy", tmp_path / "a", "policy.json",
+                   lambda c: c["kwargs"].update(select=True))  # fmt: skip
+    with pytest.raises(CheckpointError, match=r"select=True was retired: the learnt object scorer is gone.*scorer\.\*"):
+        ecrl.load(select)
+    with pytest.raises(RetiredOptionError, match=r"select=True was retired.*--focus 1 --patience 30"):
+        TrainConfig.from_json({**json.loads((RESULTS / "rl_push2/select/policy/train_config.json").read_text())})
 
 
 def test_a_planner_saved_with_a_retired_denoiser_option_loads_at_its_neutral_value_only(tmp_path):

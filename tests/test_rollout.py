@@ -116,10 +116,7 @@ def test_demonstrations_replay_buffer_and_dagger_reproduce_the_reference():
 
     make = lambda: gym.make("ecrl/Push-v0", n_objects=2)  # noqa: E731
     demos = collect_demos(make, 2, seed=0, progress=False)
-    arrays = {f"demos.obs.{k}": v for k, v in demos.obs.items()} | {
-        "demos.actions": demos.actions,
-        "demos.choices": demos.choices,
-    }
+    arrays = {f"demos.obs.{k}": v for k, v in demos.obs.items()} | {"demos.actions": demos.actions}
     assert _digest(arrays) == REFERENCE["demos"]
 
     env = make()
@@ -136,5 +133,5 @@ def test_demonstrations_replay_buffer_and_dagger_reproduce_the_reference():
     net = EntityActorModule({"width": 8, "heads": 1}, action_dim=2, stochastic=False)
     grown = dagger(net, make, demos, iterations=1, episodes=2, steps=2, batch_size=8, progress=False, seed=3)
     arrays = {f"dagger.obs.{k}": v for k, v in grown.obs.items()}
-    arrays |= {"dagger.actions": grown.actions, "dagger.choices": grown.choices}
+    arrays |= {"dagger.actions": grown.actions}
     assert _digest(arrays) == REFERENCE["dagger"]

@@ -2,7 +2,6 @@
 
 import json
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -184,18 +183,3 @@ def test_dagger_grows_the_dataset():
     assert n + 150 < len(grown) <= n + 2 * 150
     assert np.abs(grown.actions).max() <= 1.0 and np.abs(grown.actions[n:]).sum() > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
-
-
-def test_training_with_select_saves_a_policy_that_loads_and_acts_the_same(tmp_path):
-    config = tiny(tmp_path, n_objects=2, select=True, steps=300, checkpoint_every=0, demos=2, bc_steps=5)
-    config.dagger_iterations, config.dagger_episodes, config.dagger_steps = 1, 2, 3
-    config.bc_weight, config.actor_warmup = 1.0, 100
-    result = train(config)
-    policy = ecrl.load(result.run_dir / "final")
-    assert policy.module.select and policy.module.scorer is not None
-    env = gym.make("ecrl/Push-v0", n_objects=5)  # more objects than trained
-    obs = [env.reset(seed=s)[0] for s in (0, 1)]
-    batch = {k: np.stack([o[k] for o in obs]) for k in obs[0]}
-    reloaded = ecrl.load(result.run_dir / "final")
-    np.testing.assert_array_equal(policy.act(batch), reloaded.act(batch))
-    assert policy.act(batch).shape == (2, 2)

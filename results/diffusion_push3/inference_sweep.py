@@ -2,7 +2,8 @@
 
 Runs ``ecrl-eval`` on the same weights with other plain planner settings (``--policy-options``):
 more DDIM steps, other guidance weights, re-planning every 2 steps, and planning over only the
-``focus`` objects nearest the pusher that are not yet placed. The episodes use seeds from 300000,
+``--focus K`` objects nearest the pusher that are not yet placed (the focus rule, ``ecrl.focus.Focus``;
+when this sweep ran it was the planner option ``focus=K``). The episodes use seeds from 300000,
 away from the reported evaluations (100000 …), so choosing a setting here does not tune on them.
 Each setting's evaluation goes to ``<out>/<name>/`` and is reused when it is already there (unless
 ``--rerun``); the summary is printed as a markdown table and written to ``<out>/sweep.json`` and
@@ -28,16 +29,17 @@ from ecrl.reporting import markdown_table  # noqa: E402
 
 SETTINGS = {
     "as saved": [],
-    "sampling_steps=10": ["sampling_steps=10"],
-    "sampling_steps=20": ["sampling_steps=20"],
-    "guidance=1": ["guidance=1.0"],
-    "guidance=3": ["guidance=3.0"],
-    "replan_every=2": ["replan_every=2"],
-    "focus=1": ["focus=1"],
-    "focus=2": ["focus=2"],
-    "focus=3": ["focus=3"],
-    "focus=4": ["focus=4"],
+    "sampling_steps=10": ["--policy-options", "sampling_steps=10"],
+    "sampling_steps=20": ["--policy-options", "sampling_steps=20"],
+    "guidance=1": ["--policy-options", "guidance=1.0"],
+    "guidance=3": ["--policy-options", "guidance=3.0"],
+    "replan_every=2": ["--policy-options", "replan_every=2"],
+    "focus=1": ["--focus", "1"],
+    "focus=2": ["--focus", "2"],
+    "focus=3": ["--focus", "3"],
+    "focus=4": ["--focus", "4"],
 }
+"""Label (the output folder's name) → the ``ecrl-eval`` arguments of a setting."""
 
 _KEYS = ("successes", "episodes", "success_rate", "success_ci95", "fraction_placed", "episode_length", "horizon")
 
@@ -56,7 +58,7 @@ def main() -> None:
         out = args.out / (label.replace(" ", "_").replace("=", "_"))
         command = ["ecrl-eval", args.policy, "--objects", str(args.objects), "--parts", "train"]
         command += ["--episodes", str(args.episodes), "--seed", str(args.seed), "--no-expert", "--no-progress"]
-        command += ["--out", str(out)] + (["--policy-options", *options] if options else [])
+        command += ["--out", str(out), *options]
         if args.rerun or not (out / "eval.json").exists():
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         result = json.loads((out / "eval.json").read_text())["results"][0]

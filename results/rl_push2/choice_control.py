@@ -8,6 +8,10 @@ tuning seeds by default. Prints a table and writes JSON:
 
     python results/rl_push2/choice_control.py results/rl_push2/select/policy --objects 2 4 8 \
         --out results/rl_push2/choice_control.json
+
+This control is why issue 20 removed the scorer (and ``select``) in favour of the focus rule
+(``ecrl.focus.Focus``). It runs only with an ecrl from before that change, on the checkpoint as it
+was then, with its ``scorer.*`` tensors (``git log -- results/rl_push2/select/policy``).
 """
 
 from __future__ import annotations
