@@ -72,8 +72,8 @@ class CheckpointError(ValueError):
 # ---------------------------------------------------------------------------------------- the registry
 
 BUILDER_MODULES: Mapping[str, str] = {
-    "entity_actor": "ecrl.policies.export",
-    "flat_actor": "ecrl.policies.export",
+    "entity_actor": "ecrl.policies.actor",
+    "flat_actor": "ecrl.policies.actor",
     "diffusion_planner": "ecrl.diffusion.planner",
     "hierarchical_planner": "ecrl.diffusion.hierarchical",
     "pixel_planner": "ecrl.diffusion.pixels",

@@ -67,7 +67,7 @@ RETIRED: dict[str, dict[str, Retired]] = {
         "focus": Retired(0, _PUSH3, _FOCUS),
         "placed_within": Retired(ANY, _PUSH3),
     },
-    "ecrl.policies.export:EntityActorModule": {
+    "ecrl.policies.actor:EntityActorModule": {
         "commit": Retired(True, _PUSH2),
         "skip_placed": Retired(True, _PUSH2),
         "focus": Retired(0, _PUSH2, _FOCUS),

@@ -44,6 +44,7 @@ import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
 from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
 from ecrl.envs.task import default_horizon
 from ecrl.evaluation import evaluate, log_report
+from ecrl.policies.actor import policy_from_model
 from ecrl.policies.demos import (
     DemoBCCallback,
     Demos,
@@ -52,7 +53,6 @@ from ecrl.policies.demos import (
     dagger,
     pretrain_actor,
 )
-from ecrl.policies.export import policy_from_model
 from ecrl.policies.sb3 import ENTITY_POLICIES
 from ecrl.training import RunOptions, close_run, open_run, start_run
 

@@ -18,7 +18,7 @@ Three measurements:
   are built before timing.
 
 The machine is shared and noisy, so a reference runs in the same loops: one batch-1 call of the EIT
-actor (:class:`~ecrl.policies.export.EntityActorModule`, ``NetConfig`` defaults, random weights) on a
+actor (:class:`~ecrl.policies.actor.EntityActorModule`, ``NetConfig`` defaults, random weights) on a
 ``ref_n``-object observation after every timed env step; latencies are also reported as multiples
 of its median. Settings, N and horizons take turns within every repeat. Garbage collection is off
 while a loop is timed.
@@ -188,7 +188,7 @@ def build_policy(
 
 def reference_actor(args: DiffusionArgs) -> tuple[torch.nn.Module, list[dict[str, torch.Tensor]]]:
     """The reference workload: a batch-1 EIT actor (``NetConfig`` defaults) and ``ref_n``-object observations."""
-    from ecrl.policies.export import EntityActorModule
+    from ecrl.policies.actor import EntityActorModule
     from ecrl.policies.nets import NetConfig
 
     actor = EntityActorModule(asdict(NetConfig()), 2, stochastic=True).eval()

@@ -10,9 +10,9 @@ Two measurements:
   taking turns within every repeat so that they see the same machine load.
 * **Actor latency.** One observation (batch 1) of ``ecrl/Push-v0`` with `latency_n` objects through
   the inference actors under ``torch.inference_mode()``: the entity-centric
-  :class:`~ecrl.policies.export.EntityActorModule` (EIT, DeepSets; weights of the trained SAC actors,
+  :class:`~ecrl.policies.actor.EntityActorModule` (EIT, DeepSets; weights of the trained SAC actors,
   which run on any N) and, for reference, SB3's MLP actor built for that N
-  (:class:`~ecrl.policies.export.FlatActorModule`). Observations come from a random-action rollout and
+  (:class:`~ecrl.policies.actor.FlatActorModule`). Observations come from a random-action rollout and
   are converted to tensors before timing; each call is timed on its own, median and 90th percentile.
 
 Garbage collection is off while a loop is timed. The torch thread count is set (``--threads``, default:
@@ -168,7 +168,7 @@ def rollout_observations(n_objects: int, count: int, seed: int) -> list[dict[str
 
 def latency_actors(models: dict[str, Any], args: PoliciesArgs) -> dict[str, torch.nn.Module]:
     """Batch-1 inference actors: the trained entity-centric actors, and SB3's MLP actor built for `latency_n`."""
-    from ecrl.policies.export import EntityActorModule, FlatActorModule
+    from ecrl.policies.actor import EntityActorModule, FlatActorModule
 
     actors: dict[str, torch.nn.Module] = {}
     for name, model in models.items():

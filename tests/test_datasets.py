@@ -285,7 +285,7 @@ def test_cli_collects_appends_and_refuses_to_overwrite(tmp_path, capsys):
 
 
 def test_cli_rolls_out_a_policy_checkpoint(tmp_path):
-    from ecrl.policies.export import EntityActorModule
+    from ecrl.policies.actor import EntityActorModule
 
     torch.manual_seed(0)
     kwargs = {"net": {"arch": "eit", "width": 8}, "action_dim": 2, "stochastic": False}

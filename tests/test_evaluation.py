@@ -22,7 +22,7 @@ class ZeroPolicy:
 
 def tiny_policy(train_n=(1,)) -> Policy:
     """An untrained entity-centric (EIT) policy, saved and loaded like a trained one."""
-    from ecrl.policies.export import EntityActorModule
+    from ecrl.policies.actor import EntityActorModule
 
     kwargs = {"net": {"arch": "eit", "width": 16, "heads": 2, "blocks": 1}, "action_dim": 2, "stochastic": False}
     meta = {"arch": "eit", "algo": "sac", "train_n_objects": list(train_n), "env_steps": 123}

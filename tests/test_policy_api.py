@@ -13,7 +13,7 @@ from torch import nn
 import ecrl
 import ecrl.policy
 from ecrl.focus import Focus, focus_order
-from ecrl.policies.export import EntityActorModule, FlatActorModule, policy_from_model
+from ecrl.policies.actor import EntityActorModule, FlatActorModule, policy_from_model
 from ecrl.policies.sb3 import ENTITY_POLICIES
 from ecrl.policy import CONFIG, WEIGHTS, CheckpointError, Policy
 

@@ -106,7 +106,7 @@ def test_drop_retired_drops_a_neutral_value_and_refuses_another(model, name, opt
 
 def test_models_without_retired_options_pass_unchanged():
     kwargs = {"relative_goals": True}
-    assert drop_retired("ecrl.policies.export:FlatActorModule", kwargs) == kwargs
+    assert drop_retired("ecrl.policies.actor:FlatActorModule", kwargs) == kwargs
     assert drop_retired(EntityDenoiser, kwargs) == kwargs  # the model, not its config
     assert drop_retired(DenoiserConfig, {"relative_goals": False}) == {}
 

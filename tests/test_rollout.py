@@ -17,8 +17,8 @@ import torch
 import ecrl
 from ecrl.datasets import CollectConfig, collect_dataset
 from ecrl.evaluation import evaluate
+from ecrl.policies.actor import EntityActorModule
 from ecrl.policies.demos import collect_demos, dagger
-from ecrl.policies.export import EntityActorModule
 from ecrl.rollout import ExpertPolicy, Recorder, rollout
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "rollout_reference.json").read_text())

@@ -169,8 +169,8 @@ def test_cli_help_documents_every_option(capsys):
 def test_dagger_grows_the_dataset():
     import gymnasium as gym
 
+    from ecrl.policies.actor import EntityActorModule
     from ecrl.policies.demos import collect_demos, dagger
-    from ecrl.policies.export import EntityActorModule
 
     make = lambda: gym.make("ecrl/Push-v0", n_objects=1)  # noqa: E731
     demos = collect_demos(make, 2, seed=0, progress=False)
