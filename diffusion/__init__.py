@@ -2,8 +2,9 @@
 
 - :mod:`ecrl.diffusion.denoiser`: entity row features (:func:`split_rows`, :func:`join_rows`,
   :func:`goal_features`), the :class:`EntityDenoiser` and its checkpoints.
-- :mod:`ecrl.diffusion.schedule`: the DDPM :func:`loss`, the DDIM :func:`sample` with inpainting,
-  :class:`EMA` weights.
+- :mod:`ecrl.diffusion.noise`: the DDPM :class:`NoiseSchedule` and :func:`loss`, the DDIM :func:`sample`
+  with inpainting.
+- :mod:`ecrl.diffusion.ema`: :class:`EMA` weights, the copy a run samples and saves from.
 - :mod:`ecrl.diffusion.planner`: the flat receding-horizon :class:`~ecrl.diffusion.planner.DiffusionPlanner`.
 - :mod:`ecrl.diffusion.hierarchical`: the :class:`~ecrl.diffusion.hierarchical.HierarchicalPlanner`,
   sparse subgoals every ``K`` steps over dense ``K``-step segments.
@@ -21,7 +22,8 @@ from ecrl.diffusion.denoiser import (
     save_denoiser,
     split_rows,
 )
-from ecrl.diffusion.schedule import EMA, LossTerms, NoiseSchedule, Plan, Window, encode_window, loss, sample
+from ecrl.diffusion.ema import EMA
+from ecrl.diffusion.noise import LossTerms, NoiseSchedule, Plan, Window, encode_window, loss, sample
 
 __all__ = [
     "DYNAMIC_DIM",

@@ -37,7 +37,7 @@ from torch import nn
 
 from ecrl.checkpoint import register_builder
 from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser, denoiser_config
-from ecrl.diffusion.schedule import Plan, sample
+from ecrl.diffusion.noise import Plan, sample
 
 __all__ = ["HierarchicalPlanner", "PlanningStats", "segment_windows", "subgoal_windows"]
 
@@ -221,7 +221,7 @@ class HierarchicalPlanner(nn.Module):
 
     @torch.no_grad()
     def plan_subgoals(self, obs: Mapping[str, torch.Tensor]) -> Plan:
-        """A high-level :class:`~ecrl.diffusion.schedule.Plan`: states at steps ``0, K, …, K·Hh`` (step 0 = now)."""
+        """A high-level :class:`~ecrl.diffusion.noise.Plan`: states at steps ``0, K, …, K·Hh`` (step 0 = now)."""
         device = next(self.parameters()).device
         generator = self._device_generator(device, 0)
         plan, wall = self._timed(

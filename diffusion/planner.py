@@ -22,7 +22,7 @@ from torch import nn
 
 from ecrl.checkpoint import register_builder
 from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser, denoiser_config
-from ecrl.diffusion.schedule import sample
+from ecrl.diffusion.noise import sample
 
 __all__ = ["DiffusionPlanner"]
 
@@ -85,7 +85,7 @@ class DiffusionPlanner(nn.Module):
 
     @torch.no_grad()
     def plan(self, obs: Mapping[str, torch.Tensor]):
-        """A fresh :class:`~ecrl.diffusion.schedule.Plan` for a batch of observations."""
+        """A fresh :class:`~ecrl.diffusion.noise.Plan` for a batch of observations."""
         device = next(self.parameters()).device
         if self.fixed_noise:
             generator = torch.Generator(device).manual_seed(self.seed)

@@ -12,7 +12,7 @@ Three measurements:
   them); ``--checkpoint`` times a trained planner instead (settings with another horizon are skipped).
 * **One denoiser call** (batch 1, under ``torch.inference_mode()``) per N and horizon.
 * **Training throughput.** Windows/s of the training step of ``ecrl-train-diffusion`` (DDPM
-  :func:`~ecrl.diffusion.schedule.loss`, backward, gradient clipping, AdamW, EMA update) at batch
+  :func:`~ecrl.diffusion.noise.loss`, backward, gradient clipping, AdamW, EMA update) at batch
   ``train_batch``: windows from ``--dataset`` (``DemoDataset.sample_windows``) or, without one,
   windows of a random-action rollout of ``ecrl/Push-v0`` with ``train_n_objects`` objects. Batches
   are built before timing.
@@ -42,8 +42,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from ecrl.diffusion import DenoiserConfig, EntityDenoiser, goal_features, split_rows  # noqa: E402
+from ecrl.diffusion.ema import EMA  # noqa: E402
+from ecrl.diffusion.noise import loss  # noqa: E402
 from ecrl.diffusion.planner import DiffusionPlanner  # noqa: E402
-from ecrl.diffusion.schedule import EMA, loss  # noqa: E402
 from ecrl.diffusion.train import DiffusionTrainConfig, planner_policy  # noqa: E402
 from ecrl.entities import ENTITY_FIELDS, GOAL_FIELDS  # noqa: E402
 from ecrl.envs import MAX_OBJECTS  # noqa: E402

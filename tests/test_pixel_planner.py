@@ -9,8 +9,8 @@ from diffusion_helpers import tiny_train_config
 import ecrl
 from ecrl.datasets import CollectConfig, DatasetError, DemoDataset, collect_dataset
 from ecrl.diffusion import DenoiserConfig, EntityDenoiser
+from ecrl.diffusion.noise import loss, sample
 from ecrl.diffusion.pixels import LatentWindows, track
-from ecrl.diffusion.schedule import loss, sample
 from ecrl.diffusion.train import train
 from ecrl.encoders import build_encoder, save_encoder
 from ecrl.evaluation import evaluate

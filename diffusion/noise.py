@@ -1,4 +1,4 @@
-"""DDPM training, DDIM sampling with inpainting, and EMA weights for an :class:`EntityDenoiser`.
+"""The noise maths of an :class:`EntityDenoiser`: the DDPM schedule and loss, DDIM sampling with inpainting.
 
 The noise schedule is part of the model's config (``diffusion_steps``, ``noise_schedule``): a
 denoiser only makes sense with the noise levels it was trained on, so a checkpoint carries them.
@@ -8,19 +8,18 @@ denoiser only makes sense with the noise levels it was trained on, so a checkpoi
 - :func:`sample`: DDIM with a few steps (5–10), deterministic for ``eta = 0`` (given the initial
   noise); the current state, and optionally any other entries, are inpainted at every step and hold
   exactly in the returned plan.
-- :class:`EMA`: an exponential moving average of the weights, the copy to sample and save from.
+
+The average of the weights to sample and save from is :class:`ecrl.diffusion.ema.EMA`.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-from torch import nn
 
 from ecrl.diffusion.denoiser import (
     DenoiserConfig,
@@ -32,7 +31,7 @@ from ecrl.diffusion.denoiser import (
 )
 from ecrl.entities import ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
 
-__all__ = ["EMA", "LossTerms", "NoiseSchedule", "Plan", "Window", "encode_window", "loss", "sample"]
+__all__ = ["LossTerms", "NoiseSchedule", "Plan", "Window", "encode_window", "loss", "sample"]
 
 _PRESENT, _GOAL_PRESENT = ENTITY_FIELDS["present"].start, GOAL_FIELDS["present"].start
 
@@ -353,43 +352,3 @@ def _ddim_step(
     if sigma > 0:
         out = out + sigma * torch.randn(x.shape, device=x.device, generator=generator)
     return out
-
-
-class EMA:
-    """Exponential moving average of a model's weights: ``avg ← d · avg + (1 − d) · weights``.
-
-    The decay warms up as ``min(decay, (1 + k) / (10 + k))`` after ``k`` updates, so early averages
-    do not hold on to the random initialisation. :attr:`model` is the averaged copy (eval mode, no
-    gradients): sample from it and save it (``save_denoiser(ema.model, path)``); :meth:`state_dict`
-    and :meth:`load_state_dict` carry the average and the update count for resuming.
-
-    Args:
-        model: the model being trained.
-        decay: the decay once warmed up.
-    """
-
-    def __init__(self, model: nn.Module, decay: float = 0.999) -> None:
-        if not 0.0 <= decay < 1.0:
-            raise ValueError(f"decay must be in [0, 1), got {decay}")
-        self.model = copy.deepcopy(model).eval().requires_grad_(False)
-        self.decay, self.updates = decay, 0
-
-    @torch.no_grad()
-    def update(self, model: nn.Module) -> None:
-        """Move the average towards ``model``'s current weights (buffers are copied)."""
-        d = min(self.decay, (1 + self.updates) / (10 + self.updates))
-        self.updates += 1
-        for avg, p in zip(self.model.parameters(), model.parameters(), strict=True):
-            avg.lerp_(p.detach(), 1.0 - d)
-        for avg, b in zip(self.model.buffers(), model.buffers(), strict=True):
-            avg.copy_(b)
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The averaged weights plus ``ema_updates`` (a 0-d tensor, so the dict saves with safetensors)."""
-        return {**self.model.state_dict(), "ema_updates": torch.tensor(self.updates)}
-
-    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Restore what :meth:`state_dict` returned."""
-        state = dict(state)
-        self.updates = int(state.pop("ema_updates", 0))
-        self.model.load_state_dict(state)
