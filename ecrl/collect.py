@@ -1,0 +1,420 @@
+"""Collecting demonstration datasets: roll out the scripted expert (or any policy) and write the episodes.
+
+:func:`collect_dataset` rolls out the scripted expert (or any policy with ``act(obs)``) on push
+tasks, or OGBench cube play (:func:`import_ogbench_dataset` converts OGBench's own files), and writes
+the episodes in the format of :mod:`ecrl.dataset_format`; :class:`ecrl.datasets.DemoDataset` reads
+them back.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+from tqdm import tqdm
+
+from ecrl.dataset_format import ACTION_DIM, DatasetError, DatasetWriter, Episode
+from ecrl.envs import ogbench as ogb
+from ecrl.envs.scene import CAMERAS, MAIN_CAMERAS
+from ecrl.evaluation import EVAL_SEED, check_settings, describe
+from ecrl.reporting import provenance
+from ecrl.rollout import BatchPolicy, ExpertPolicy, Recorder, Step, rollout
+
+__all__ = ["ENVS", "CollectConfig", "CollectResult", "collect_dataset", "import_ogbench_dataset"]
+
+ENVS = ("push", "ogbench-cube")
+"""The environments a dataset can be collected from (``ecrl-collect --env``)."""
+
+
+@dataclass
+class CollectConfig:
+    """What to roll out (every field is a command-line option of ``ecrl-collect``)."""
+
+    n_objects: tuple[int, ...] = (3,)
+    """Numbers of objects; one block of ``episodes`` per number (and split part)."""
+    goal: str = "positions"
+    """Goal kind: positions, adjacent, sort or ordered."""
+    split: str | None = None
+    """Compositional split (e.g. ``colour_shape``) whose ``parts`` tasks are drawn from; ``None``: random objects."""
+    parts: tuple[str, ...] = ("train",)
+    """Parts of the split to collect (``test`` holds the held-out combinations: keep it out of training data)."""
+    episodes: int = 100
+    """Episodes rolled out per (part, number of objects), kept or not."""
+    seed: int | None = None
+    """The k-th episode of this collection resets with seed ``seed + k`` (default: 0, or where the dataset's last collection stopped)."""
+    only_success: bool = True
+    """Keep successful episodes only (the number dropped is recorded in meta.json)."""
+    idle_steps: int | None = 10
+    """Idle steps (zero action once every object is placed) kept before an episode ends; ``None``: run to the horizon."""
+    n_max: int | None = None
+    """Pad the env's observations to this many objects (what the policy sees; the dataset stores each episode unpadded)."""
+    reward: Literal["sparse", "dense"] = "sparse"
+    """Env reward stored per step: sparse (minus the fraction not placed) or dense (minus the mean distance)."""
+    shard_episodes: int = 100
+    """Episodes per shard file."""
+    batch_size: int = 16
+    """Environments run side by side (a policy acts on all of them in one call)."""
+    progress: bool = True
+    """Show a progress bar."""
+    pixels: int | None = None
+    """Also record RGB frames and segmentation masks of every state, this many pixels square (16 … 256)."""
+    cameras: tuple[str, ...] = MAIN_CAMERAS
+    """Cameras the frames come from (with ``--pixels``)."""
+    random_actions: float = 0.0
+    """Probability that a step's action is replaced by a uniformly random one (1: random rollouts)."""
+    env: Literal["push", "ogbench-cube"] = "push"
+    """Environment: the library's push env, or OGBench's cubes (``n_objects`` in 1, 2, 3, 4, 8; extra ``ecrl[ogbench]``)."""
+    play: bool = False
+    """OGBench cubes: play data from OGBench's own oracle, by its ``cube-*-play`` recipe (every episode is kept)."""
+    play_steps: int = ogb.PLAY_EPISODE_STEPS
+    """OGBench cubes, play: steps per episode (OGBench's recipe: 1001)."""
+
+    def __post_init__(self) -> None:
+        self.n_objects, self.parts = tuple(int(n) for n in self.n_objects), tuple(self.parts)
+        check_settings(self.n_objects, self.goal, self.split, self.parts, self.episodes, self.n_max, self.batch_size)
+        if self.idle_steps is not None and self.idle_steps < 0:
+            raise ValueError(f"idle_steps must be >= 0 (or None to keep every step), got {self.idle_steps}")
+        if self.shard_episodes < 1:
+            raise ValueError(f"shard_episodes must be >= 1, got {self.shard_episodes}")
+        if self.seed is not None and self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        self.cameras = tuple(self.cameras)
+        if self.pixels is not None and not 16 <= self.pixels <= 256:
+            raise ValueError(f"pixels must be an image size in 16 … 256, got {self.pixels}")
+        unknown = [c for c in self.cameras if c not in CAMERAS]
+        if unknown or not self.cameras:
+            raise ValueError(f"cameras must be a non-empty selection of {list(CAMERAS)}, got {list(self.cameras)}")
+        if not 0.0 <= self.random_actions <= 1.0:
+            raise ValueError(f"random_actions must be a probability in [0, 1], got {self.random_actions}")
+        if self.env not in ENVS:
+            raise ValueError(f"unknown env {self.env!r}: expected one of {list(ENVS)}")
+        if self.env == "ogbench-cube":
+            for n in self.n_objects:
+                ogb.check_n_cubes(n)
+            if self.goal != "positions" or self.split is not None or self.pixels is not None:
+                raise ValueError("OGBench cubes have their own goals: goal, split and pixels are push options")
+        elif self.play:
+            raise ValueError("play data is collected on OGBench cubes: pass --env ogbench-cube with --play")
+        if self.play_steps < 1:
+            raise ValueError(f"play_steps must be >= 1, got {self.play_steps}")
+
+    @property
+    def action_dim(self) -> int:
+        """Width of the actions this collection records."""
+        return ogb.ACTION_DIM if self.env == "ogbench-cube" else ACTION_DIM
+
+
+@dataclass
+class CollectResult:
+    """What one :func:`collect_dataset` call added."""
+
+    path: Path
+    kept: int
+    dropped: int
+    steps: int
+    shards: list[str]
+    seeds: tuple[int, int]
+    """First seed and one past the last seed used."""
+    wall_s: float
+
+
+class _Collecting:
+    """The acting policy as a collection runs it: ``float32`` actions, each replaced by a uniformly random
+    one with probability ``random_actions`` (drawn from a generator seeded by the batch's episode
+    seeds, so a collection stays deterministic); ``random: (B,) bool`` flags the random steps (these,
+    and the scripted expert's own steps out of a stall)."""
+
+    def __init__(self, policy: BatchPolicy, random_actions: float = 0.0) -> None:
+        self.policy, self.random_actions = policy, random_actions
+        self._takes_active = "active" in inspect.signature(policy.act).parameters
+
+    def reset(self, envs: Sequence[gym.Env], seeds: Sequence[int]) -> None:
+        if hasattr(self.policy, "reset"):
+            self.policy.reset(envs, seeds)
+        self.rng = np.random.default_rng([0xEC, *seeds])
+
+    def act(self, obs: Mapping[str, np.ndarray], active: np.ndarray) -> np.ndarray:
+        actions = self.policy.act(obs, active=active) if self._takes_active else self.policy.act(obs)
+        actions = np.asarray(actions, dtype=np.float32)
+        random = np.asarray(getattr(self.policy, "random", np.zeros(len(active), bool)))
+        if self.random_actions > 0:
+            swap = self.rng.random(len(active)) < self.random_actions
+            actions = np.where(swap[:, None], self.rng.uniform(-1, 1, actions.shape), actions).astype(np.float32)
+            random = random | swap
+        self.random = random
+        return actions
+
+
+def _frames(env: Any, cameras: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``(V, P, P, 3)`` RGB frames and ``(V, P, P)`` segmentation labels of ``env``'s current state."""
+    rgb = env.render_views(tuple(cameras))
+    return np.stack([rgb[c] for c in cameras]), np.stack([env.render_segmentation(c) for c in cameras]).astype(np.uint8)
+
+
+class _EpisodeRecorder(Recorder):
+    """Every state, step and (with ``cameras``) frame of one episode per env; an episode is cut after
+    ``idle_steps`` idle steps (zero action once every object is placed: the scripted expert's
+    "nothing to do"; the idle steps before the cut stay in the data, they show how to stop)."""
+
+    def __init__(self, envs: Sequence[gym.Env], policy: _Collecting, idle_steps: int | None, cameras) -> None:
+        b = len(envs)
+        self.envs, self.policy, self.idle_steps, self.cameras = envs, policy, idle_steps, cameras
+        self.seeds, self.solved, self.idle = [0] * b, np.zeros(b, bool), np.zeros(b, np.int64)
+        self.states: list[list[dict[str, np.ndarray]]] = [[] for _ in range(b)]
+        self.steps: list[list[tuple]] = [[] for _ in range(b)]
+        self.frames: list[list[tuple]] = [[] for _ in range(b)]
+
+    def start(self, i, seed, obs, info) -> None:
+        self.seeds[i], self.solved[i], self.states[i] = seed, info["is_success"], [obs]
+        self.frames[i] = [_frames(self.envs[i].unwrapped, self.cameras)] if self.cameras else []
+
+    def cut(self, i, obs, action) -> bool:
+        self.idle[i] = self.idle[i] + 1 if self.solved[i] and not action.any() else 0
+        return self.idle_steps is not None and self.idle[i] > self.idle_steps
+
+    def step(self, s: Step) -> None:
+        i = s.env
+        self.solved[i] = s.info["is_success"]
+        self.states[i].append(s.next_obs)
+        if self.cameras:
+            self.frames[i].append(_frames(self.envs[i].unwrapped, self.cameras))
+        self.steps[i].append((s.action, s.reward, s.info["is_success"], self.policy.random[i]))
+
+    def episodes(self) -> list[Episode]:
+        return [
+            _episode(env.unwrapped, seed, states, steps, bool(ok), frames)
+            for env, seed, states, steps, ok, frames in zip(
+                self.envs, self.seeds, self.states, self.steps, self.solved, self.frames, strict=True
+            )
+        ]
+
+
+def _rollout(
+    envs: list[gym.Env],
+    seeds: list[int],
+    policy: _Collecting,
+    idle_steps: int | None,
+    cameras: Sequence[str] | None = None,
+    bar: tqdm | None = None,
+) -> list[Episode]:
+    """One episode per env, side by side (:func:`ecrl.rollout.rollout`); an episode ends at the horizon
+    or after ``idle_steps`` idle steps. With ``cameras``, every state is rendered from them too."""
+    recorder = _EpisodeRecorder(envs, policy, idle_steps, cameras)
+    rollout(envs, policy, seeds, recorder=recorder, bar=bar)
+    return recorder.episodes()
+
+
+def _episode(
+    env: Any,
+    seed: int,
+    states: list[dict[str, np.ndarray]],
+    steps: list[tuple],
+    success: bool,
+    frames: list[tuple[np.ndarray, np.ndarray]] | None = None,
+) -> Episode:
+    """An :class:`Episode` from the observations, ``(action, reward, is_success, random)`` steps and
+    (optionally) ``(rgb, segmentation)`` frames of a rollout."""
+    n = env.n_objects
+    achieved = np.stack([o["achieved_goal"][:n] for o in states])
+    action, reward, is_success, random = (list(x) for x in zip(*steps, strict=True)) if steps else ([], [], [], [])
+    if getattr(env, "mode", None) == "play":  # OGBench play: the episode's end is its goal
+        desired, reward, is_success = ogb.hindsight_goals(achieved)
+        success = bool(is_success[-1]) if len(is_success) else True
+    else:
+        desired = states[0]["desired_goal"][:n]
+        if not np.array_equal(states[-1]["desired_goal"][:n], desired):
+            raise RuntimeError("desired_goal changed during an episode; this dataset format stores it per episode")
+    return Episode(
+        observation=np.stack([o["observation"][: 1 + n] for o in states]).astype(np.float32),
+        achieved_goal=achieved.astype(np.float32),
+        desired_goal=desired.astype(np.float32),
+        action=np.array(action, np.float32).reshape(len(action), env.action_space.shape[0]),
+        reward=np.array(reward, np.float32),
+        is_success=np.array(is_success, bool),
+        expert_random=np.array(random, bool),
+        task=env.spec_,
+        seed=int(seed),
+        success=success,
+        pixels=np.stack([f[0] for f in frames]) if frames else None,
+        segmentation=np.stack([f[1] for f in frames]) if frames else None,
+    )
+
+
+def collect_dataset(
+    path: str | Path,
+    config: CollectConfig | None = None,
+    policy: BatchPolicy | None = None,
+    *,
+    append: bool = False,
+    command: str | None = None,
+    policy_info: Mapping[str, Any] | None = None,
+) -> CollectResult:
+    """Roll out ``policy`` (default: the scripted expert) as ``config`` says and write the episodes to ``path``.
+
+    With ``config.env = "ogbench-cube"`` the episodes run on :class:`~ecrl.envs.ogbench.OGBenchCubeEnv`:
+    ``config.play`` rolls out OGBench's play oracle (:class:`~ecrl.envs.ogbench.CubePlayOracle`) in
+    play mode, a ``policy`` acts on OGBench's evaluation tasks otherwise.
+
+    Args:
+        path: the dataset directory; created if missing.
+        config: what to collect (default: :class:`CollectConfig`'s defaults).
+        policy: ``act(obs) -> (B, A)`` for a batch of observations, optionally ``reset(envs, seeds)``
+            (e.g. :func:`ecrl.load`'s policies); ``None``: the scripted expert.
+        append: add to an existing dataset; without it an existing dataset is an error.
+        command: the command line that asked for this (recorded in ``meta.json``).
+        policy_info: what to record about ``policy`` in ``meta.json``, beside its ``meta`` and repr.
+
+    Raises:
+        DatasetError: ``path`` holds a dataset and ``append`` is False, holds something else, or
+            (with ``append``) the seeds would repeat episodes already in it.
+    """
+    config = config or CollectConfig()
+    if config.random_actions == 1 and config.only_success and not config.play:
+        raise ValueError("random_actions = 1 rolls out no expert at all, so keep failures too (only_success=False)")
+    ogbench = config.env == "ogbench-cube"
+    if ogbench and policy is None and not config.play:
+        raise ValueError("OGBench cubes have a scripted oracle for play data only: pass --play, or a --policy")
+    if ogbench and policy is not None and config.play:
+        raise ValueError("play data comes from OGBench's oracle: pass --play or a --policy, not both")
+    writer = DatasetWriter(Path(path), append, config.shard_episodes, config.action_dim)
+    pixels = {"size": config.pixels, "cameras": list(config.cameras)} if config.pixels else None
+    if writer.meta["episodes"] and writer.meta.get("pixels") != pixels:
+        raise DatasetError(
+            f"{path} was collected with pixels = {writer.meta.get('pixels')}, this collection would add "
+            f"{pixels}; a dataset renders every episode the same way"
+        )
+    writer.meta["pixels"] = pixels
+    seed = writer.meta["next_seed"] if config.seed is None else config.seed
+    total = len(config.parts) * len(config.n_objects) * config.episodes
+    writer.check_seeds(seed, seed + total)
+    if seed < EVAL_SEED + 10_000 and seed + total > EVAL_SEED:
+        warnings.warn(
+            f"seeds {seed} … {seed + total - 1} reach the evaluation seeds (from {EVAL_SEED}): evaluation scenes "
+            "would be in the training data",
+            stacklevel=2,
+        )
+    source = {"source": "ogbench_play_oracle" if config.play else "scripted_expert"}
+    if policy is not None:
+        source = {"source": "policy", **describe(policy), **dict(policy_info or {})}
+    record: dict[str, Any] = {
+        "config": {**asdict(config), "seed": seed},
+        **source,
+        "command": command,
+        "seeds": [seed, seed + total],
+        "kept": 0,
+        "dropped": 0,
+        "shards": [],
+        "complete": False,
+        "provenance": provenance(),
+    }
+    writer.start(record)
+    actor = _Collecting(
+        ogb.CubePlayOracle() if config.play else ExpertPolicy() if policy is None else policy, config.random_actions
+    )
+    keep_all = config.play or not config.only_success  # a play episode has no goal to fail
+    started, k = time.perf_counter(), seed
+    # Play episodes are long (1,001 steps): their bar counts steps, as they happen.
+    unit, per_episode = ("step", config.play_steps) if config.play else ("ep", 1)
+    bar = tqdm(total=total * per_episode, desc="collect", unit=unit, dynamic_ncols=True, disable=not config.progress)
+    steps_bar = bar if config.play else None
+    for part in config.parts:
+        for n in config.n_objects:
+            env_id, env_kwargs = "ecrl/Push-v0", {"n_objects": n, "goal": config.goal}
+            if ogbench:
+                env_id, env_kwargs = "ecrl/OGBenchCube-v0", {"n_cubes": n, "mode": "play" if config.play else "task"}
+                if config.play:
+                    env_kwargs["max_episode_steps"] = config.play_steps
+            env_kwargs |= {"n_max": config.n_max, "reward_type": config.reward}
+            if config.pixels:
+                env_kwargs.update(width=config.pixels, height=config.pixels)
+            if config.split:
+                env_kwargs.update(split=config.split, part=part)
+            envs = [gym.make(env_id, **env_kwargs) for _ in range(min(config.batch_size, config.episodes))]
+            for first in range(0, config.episodes, config.batch_size):
+                chunk = envs[: min(config.batch_size, config.episodes - first)]
+                seeds = list(range(k, k + len(chunk)))
+                cameras = config.cameras if config.pixels else None
+                for episode in _rollout(chunk, seeds, actor, config.idle_steps, cameras, steps_bar):
+                    if episode.success or keep_all:
+                        writer.add(episode)
+                        record["kept"] += 1
+                    else:
+                        record["dropped"] += 1
+                k += len(chunk)
+                if not config.play:
+                    bar.update(len(chunk))
+                bar.set_postfix(kept=record["kept"], dropped=record["dropped"])
+            for env in envs:
+                env.close()
+    bar.close()
+    record["complete"] = True
+    record["wall_s"] = time.perf_counter() - started
+    writer.finish()
+    return CollectResult(
+        Path(path), record["kept"], record["dropped"], writer.steps_added, record["shards"], (seed, k), record["wall_s"]
+    )
+
+
+def import_ogbench_dataset(
+    path: str | Path,
+    source: str | Path,
+    *,
+    n_cubes: int | None = None,
+    append: bool = False,
+    shard_episodes: int = 100,
+    command: str | None = None,
+) -> CollectResult:
+    """Convert an OGBench cube dataset file (e.g. ``cube-double-play-v0.npz``) into a dataset at ``path``.
+
+    The file is read by :func:`ecrl.envs.ogbench.load_ogbench_episodes` (entity rows, hindsight
+    goals); its episodes are written like collected ones (seed -1: they have no reset seed).
+
+    Raises:
+        ValueError: ``source`` is not an OGBench cube dataset file.
+        DatasetError: as for :func:`collect_dataset` (an existing dataset without ``append``, …).
+    """
+    started = time.perf_counter()
+    episodes = ogb.load_ogbench_episodes(source, n_cubes)
+    n = episodes[0]["task"].n_cubes if episodes else ogb.check_n_cubes(n_cubes or 2)
+    writer = DatasetWriter(Path(path), append, shard_episodes, ogb.ACTION_DIM)
+    config = CollectConfig(env="ogbench-cube", play=True, n_objects=(n,), episodes=max(len(episodes), 1))
+    config.shard_episodes, config.progress = shard_episodes, False
+    next_seed = writer.meta["next_seed"]
+    record: dict[str, Any] = {
+        "config": asdict(config),
+        "source": "ogbench_file",
+        "file": str(source),
+        "command": command,
+        "seeds": [next_seed, next_seed],
+        "kept": 0,
+        "dropped": 0,
+        "shards": [],
+        "complete": False,
+        "provenance": provenance(),
+    }
+    writer.start(record)
+    for e in episodes:
+        steps = len(e["action"])
+        writer.add(
+            Episode(
+                **{k: e[k] for k in ("observation", "achieved_goal", "desired_goal", "action", "reward", "is_success")},
+                expert_random=np.zeros(steps, bool),
+                task=e["task"],
+                seed=-1,
+                success=bool(e["is_success"][-1]) if steps else True,
+            )
+        )
+        record["kept"] += 1
+    record["complete"] = True
+    record["wall_s"] = time.perf_counter() - started
+    writer.finish()
+    return CollectResult(
+        Path(path), record["kept"], 0, writer.steps_added, record["shards"], (next_seed, next_seed), record["wall_s"]
+    )
