@@ -56,20 +56,15 @@ Examples:
 
 from __future__ import annotations
 
-import os
+import shlex
+import sys
+from collections.abc import Sequence
+from types import ModuleType
 
-# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
-os.environ.setdefault("MUJOCO_GL", "egl")
+import tyro
 
-import shlex  # noqa: E402
-import sys  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from types import ModuleType  # noqa: E402
-
-import tyro  # noqa: E402
-
-from ecrl.reporting import run_benchmark  # noqa: E402
-from ecrl.scripts import (  # noqa: E402
+from ecrl.reporting import run_benchmark
+from ecrl.scripts import (
     bench_diffusion,
     bench_encoders,
     bench_envs,

@@ -26,31 +26,26 @@ while a loop is timed.
 
 from __future__ import annotations
 
-import os
+import gc
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
 
-# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
-os.environ.setdefault("MUJOCO_GL", "egl")
+import gymnasium as gym
+import numpy as np
+import torch
 
-import gc  # noqa: E402
-import time  # noqa: E402
-from dataclasses import asdict, dataclass, replace  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any, Literal  # noqa: E402
-
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from ecrl.diffusion import DenoiserConfig, EntityDenoiser, goal_features, split_rows  # noqa: E402
-from ecrl.diffusion.ema import EMA  # noqa: E402
-from ecrl.diffusion.noise import loss  # noqa: E402
-from ecrl.diffusion.planner import DiffusionPlanner  # noqa: E402
-from ecrl.diffusion.train import DiffusionTrainConfig, planner_policy  # noqa: E402
-from ecrl.entities import ENTITY_FIELDS, GOAL_FIELDS  # noqa: E402
-from ecrl.envs import MAX_OBJECTS  # noqa: E402
-from ecrl.policy import Policy  # noqa: E402
-from ecrl.reporting import markdown_table, report_header  # noqa: E402
-from ecrl.scripts.bench_policies import rollout_observations  # noqa: E402
+from ecrl.diffusion import DenoiserConfig, EntityDenoiser, goal_features, split_rows
+from ecrl.diffusion.ema import EMA
+from ecrl.diffusion.noise import loss
+from ecrl.diffusion.planner import DiffusionPlanner
+from ecrl.diffusion.train import DiffusionTrainConfig, planner_policy
+from ecrl.entities import ENTITY_FIELDS, GOAL_FIELDS
+from ecrl.envs import MAX_OBJECTS
+from ecrl.policy import Policy
+from ecrl.reporting import markdown_table, report_header
+from ecrl.scripts.bench_policies import rollout_observations
 
 _TRAIN = DiffusionTrainConfig()
 # EC-Diffuser (Qi et al., ICLR 2025): ~20 ms per denoiser call on a GPU, 5-100 calls per env step.

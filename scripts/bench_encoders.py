@@ -20,27 +20,22 @@ objects at 64 px; encoding >= 500 images/s on this CPU.
 
 from __future__ import annotations
 
-import os
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
-os.environ.setdefault("MUJOCO_GL", "egl")
+import gymnasium as gym
+import numpy as np
+import torch
 
-import math  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from ecrl.encoders.data import Frames  # noqa: E402
-from ecrl.encoders.evaluate import score_encoder  # noqa: E402
-from ecrl.encoders.io import ENCODER_KINDS, build_encoder, load_encoder  # noqa: E402
-from ecrl.encoders.metrics import encode_rate  # noqa: E402
-from ecrl.encoders.train import decomposition_picture  # noqa: E402
-from ecrl.reporting import markdown_table, report_header  # noqa: E402
-from ecrl.scripts.bench_envs import time_calls  # noqa: E402
+from ecrl.encoders.data import Frames
+from ecrl.encoders.evaluate import score_encoder
+from ecrl.encoders.io import ENCODER_KINDS, build_encoder, load_encoder
+from ecrl.encoders.metrics import encode_rate
+from ecrl.encoders.train import decomposition_picture
+from ecrl.reporting import markdown_table, report_header
+from ecrl.scripts.bench_envs import time_calls
 
 
 @dataclass(frozen=True)

@@ -13,25 +13,20 @@ the same trajectory (checked: the final `qpos` matches bit for bit) with nothing
 
 from __future__ import annotations
 
-import os
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
-# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
-os.environ.setdefault("MUJOCO_GL", "egl")
+import gymnasium as gym
+import mujoco
+import numpy as np
 
-import gc  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any, Literal  # noqa: E402
-
-import gymnasium as gym  # noqa: E402
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
-
-from ecrl.envs import MAX_OBJECTS  # noqa: E402
-from ecrl.envs.scene import SUBSTEPS, TIMESTEP  # noqa: E402
-from ecrl.reporting import report_header  # noqa: E402
+from ecrl.envs import MAX_OBJECTS
+from ecrl.envs.scene import SUBSTEPS, TIMESTEP
+from ecrl.reporting import report_header
 
 
 @dataclass(frozen=True)

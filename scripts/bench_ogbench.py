@@ -16,21 +16,16 @@ Needs the extra `ecrl[ogbench]`.
 
 from __future__ import annotations
 
-import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
-# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
-os.environ.setdefault("MUJOCO_GL", "egl")
+import gymnasium as gym
+import numpy as np
 
-import time  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any, Literal  # noqa: E402
-
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-
-from ecrl.reporting import markdown_table, report_header  # noqa: E402
-from ecrl.scripts.bench_envs import _actions, _reduce, _timed  # noqa: E402
+from ecrl.reporting import markdown_table, report_header
+from ecrl.scripts.bench_envs import _actions, _reduce, _timed
 
 
 @dataclass(frozen=True)

@@ -32,26 +32,21 @@ Examples:
 
 from __future__ import annotations
 
-import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
 
-# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
-os.environ.setdefault("MUJOCO_GL", "egl")
+import numpy as np
+import torch
+import tyro
 
-import sys  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Mapping  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Annotated, Any  # noqa: E402
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import tyro  # noqa: E402
-
-import ecrl  # noqa: E402
-from ecrl.evaluation import EVAL_SEED, check_settings, evaluate  # noqa: E402
-from ecrl.policy import Policy  # noqa: E402
-from ecrl.reporting import markdown_table, report_header  # noqa: E402
+import ecrl
+from ecrl.evaluation import EVAL_SEED, check_settings, evaluate
+from ecrl.policy import Policy
+from ecrl.reporting import markdown_table, report_header
 
 
 @dataclass(frozen=True)

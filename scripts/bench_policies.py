@@ -21,25 +21,20 @@ torch's own choice) and reported.
 
 from __future__ import annotations
 
-import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
 
-# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
-os.environ.setdefault("MUJOCO_GL", "egl")
+import gymnasium as gym
+import numpy as np
+import torch
 
-import time  # noqa: E402
-from dataclasses import asdict, dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any, Literal  # noqa: E402
-
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from ecrl.envs import MAX_OBJECTS  # noqa: E402
-from ecrl.envs.task import default_horizon  # noqa: E402
-from ecrl.policies.nets import NetConfig  # noqa: E402
-from ecrl.reporting import markdown_table, report_header  # noqa: E402
-from ecrl.scripts.bench_envs import time_calls  # noqa: E402
+from ecrl.envs import MAX_OBJECTS
+from ecrl.envs.task import default_horizon
+from ecrl.policies.nets import NetConfig
+from ecrl.reporting import markdown_table, report_header
+from ecrl.scripts.bench_envs import time_calls
 
 _DEFAULT_NET = NetConfig()
 MODELS = ("mlp", "eit", "deepsets")

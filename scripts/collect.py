@@ -43,25 +43,20 @@ such episodes (its `1M` transitions; 100 more make its validation file).
 
 from __future__ import annotations
 
-import os
+import dataclasses
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
-# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
-os.environ.setdefault("MUJOCO_GL", "egl")
+import tyro
 
-import dataclasses  # noqa: E402
-import shlex  # noqa: E402
-import sys  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import tyro  # noqa: E402
-
-import ecrl  # noqa: E402
-from ecrl.checkpoint import CheckpointError  # noqa: E402
-from ecrl.datasets import CollectConfig, DatasetError, collect_dataset, import_ogbench_dataset  # noqa: E402
+import ecrl
+from ecrl.checkpoint import CheckpointError
+from ecrl.datasets import CollectConfig, DatasetError, collect_dataset, import_ogbench_dataset
 from ecrl.scripts.cli import cli_errors, config_of
-from ecrl.scripts.eval import fixed_n_max  # noqa: E402
+from ecrl.scripts.eval import fixed_n_max
 
 
 @dataclass

@@ -33,25 +33,20 @@ Examples:
 
 from __future__ import annotations
 
-import os
+import csv
+import shlex
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
 
-# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
-os.environ.setdefault("MUJOCO_GL", "egl")
+import tyro
 
-import csv  # noqa: E402
-import shlex  # noqa: E402
-import shutil  # noqa: E402
-import sys  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Annotated  # noqa: E402
-
-import tyro  # noqa: E402
-
-import ecrl  # noqa: E402
-from ecrl.checkpoint import CheckpointError  # noqa: E402
-from ecrl.evaluation import (  # noqa: E402
+import ecrl
+from ecrl.checkpoint import CheckpointError
+from ecrl.evaluation import (
     EVAL_SEED,
     ExpertPolicy,
     check_settings,
@@ -59,10 +54,10 @@ from ecrl.evaluation import (  # noqa: E402
     report_table,
     write_report,
 )
-from ecrl.focus import Focus  # noqa: E402
-from ecrl.policy import CONFIG, Policy  # noqa: E402
+from ecrl.focus import Focus
+from ecrl.policy import CONFIG, Policy
 from ecrl.scripts.cli import cli_errors
-from ecrl.training import parse_assignment  # noqa: E402
+from ecrl.training import parse_assignment
 
 EXPERT = "expert"
 

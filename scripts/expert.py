@@ -23,27 +23,22 @@ Examples:
 
 from __future__ import annotations
 
-import os
+import json
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
-# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
-os.environ.setdefault("MUJOCO_GL", "egl")
+import gymnasium as gym
+import numpy as np
+import tyro
 
-import json  # noqa: E402
-import shlex  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from dataclasses import asdict, dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-import tyro  # noqa: E402
-
-from ecrl.envs import GOAL_KINDS, MAX_OBJECTS  # noqa: E402
-from ecrl.evaluation import evaluate as evaluate_policy  # noqa: E402
-from ecrl.reporting import (  # noqa: E402
+from ecrl.envs import GOAL_KINDS, MAX_OBJECTS
+from ecrl.evaluation import evaluate as evaluate_policy
+from ecrl.reporting import (
     camera_strip,
     markdown_table,
     plot_success_vs_n,
@@ -51,7 +46,7 @@ from ecrl.reporting import (  # noqa: E402
     report_header,
     write_gif,
 )
-from ecrl.rollout import ExpertPolicy, Recorder, Step, rollout  # noqa: E402
+from ecrl.rollout import ExpertPolicy, Recorder, Step, rollout
 
 
 @dataclass(frozen=True)

@@ -21,20 +21,15 @@ Examples:
 
 from __future__ import annotations
 
-import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
-# Before mujoco is first imported: headless machines have no display for the default (GLFW) backend.
-os.environ.setdefault("MUJOCO_GL", "egl")
+import tyro
 
-import sys  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import tyro  # noqa: E402
-
-from ecrl.datasets import DatasetError  # noqa: E402
-from ecrl.encoders.train import EncoderTrainConfig, train  # noqa: E402
+from ecrl.datasets import DatasetError
+from ecrl.encoders.train import EncoderTrainConfig, train
 from ecrl.scripts.cli import cli_errors, config_of
 
 

@@ -116,3 +116,13 @@ def test_ecrl_bench_envs(work):
         cwd=work,
     )  # fmt: skip
     assert (out / "bench_envs.json").exists()
+
+
+@pytest.mark.parametrize(("script", "given", "expected"), [("eval", None, "egl"), ("collect", "osmesa", "osmesa")])
+def test_entry_points_set_mujoco_gl_unless_the_user_did(script, given, expected):
+    # ecrl/scripts/__init__.py is the one place it is set: importing any entry point runs it first.
+    env = {k: v for k, v in os.environ.items() if k != "MUJOCO_GL"} | ({"MUJOCO_GL": given} if given else {})
+    probe = f"import os, ecrl.scripts.{script}; print(os.environ['MUJOCO_GL'])"
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [expected]
