@@ -35,6 +35,7 @@ from ecrl import checkpoint
 from ecrl.attention import AttentionBlock, MultiHeadAttention, mlp
 from ecrl.checkpoint import CheckpointFormat, config_from, register_builder
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
+from ecrl.envs.layout import ENTITY_PRESENT, ENTITY_XY
 from ecrl.retired import drop_retired
 
 __all__ = [
@@ -61,9 +62,7 @@ _STATIC_COLUMNS = torch.cat([torch.arange(ENTITY_DIM)[ENTITY_FIELDS[name]] for n
 _ENTITY_SCALE = torch.ones(ENTITY_DIM)
 _ENTITY_SCALE[ENTITY_FIELDS["size"]] = SIZE_SCALE
 _STATIC_SCALE = _ENTITY_SCALE[_STATIC_COLUMNS]
-_XY = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
 _YAW = ENTITY_FIELDS["yaw"]
-_PRESENT = ENTITY_FIELDS["present"].start
 _GOAL_SCALE = torch.ones(GOAL_DIM)
 _GOAL_SCALE[GOAL_FIELDS["position"]] = POSITION_SCALE
 _GOAL_SCALE[GOAL_FIELDS["size"]] = SIZE_SCALE
@@ -111,7 +110,7 @@ def split_rows(observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _check_shapes(observation=(observation, ("B", "T", "N", ENTITY_DIM)))
     scale = _STATIC_SCALE.to(observation.device, observation.dtype)
     static = observation[:, 0, :, _STATIC_COLUMNS.to(observation.device)] * scale
-    dynamic = torch.cat([observation[..., _XY] * POSITION_SCALE, observation[..., _YAW]], dim=-1)
+    dynamic = torch.cat([observation[..., ENTITY_XY] * POSITION_SCALE, observation[..., _YAW]], dim=-1)
     return static, dynamic
 
 
@@ -141,10 +140,10 @@ def join_rows(reference: torch.Tensor, dynamic: torch.Tensor) -> torch.Tensor:
     """
     _check_shapes(reference=(reference, ("B", "N", ENTITY_DIM)), dynamic=(dynamic, ("B", "T", "N", DYNAMIC_DIM)))
     rows = reference[:, None].expand(-1, dynamic.shape[1], -1, -1).clone()
-    rows[..., _XY] = dynamic[..., :2] / POSITION_SCALE
+    rows[..., ENTITY_XY] = dynamic[..., :2] / POSITION_SCALE
     rows[..., _YAW] = F.normalize(dynamic[..., 2:], dim=-1)
     rows[..., ENTITY_FIELDS["velocity"]] = 0.0
-    return rows * (reference[:, None, :, _PRESENT : _PRESENT + 1] > 0.5)
+    return rows * (reference[:, None, :, ENTITY_PRESENT : ENTITY_PRESENT + 1] > 0.5)
 
 
 def goal_features(desired_goal: torch.Tensor) -> torch.Tensor:

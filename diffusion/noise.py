@@ -29,11 +29,10 @@ from ecrl.diffusion.denoiser import (
     goal_features,
     join_rows,
 )
-from ecrl.entities import ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
+from ecrl.entities import GOAL_DIM
+from ecrl.envs.layout import ENTITY_PRESENT, GOAL_PRESENT
 
 __all__ = ["LossTerms", "NoiseSchedule", "Plan", "Window", "encode_window", "loss", "sample"]
-
-_PRESENT, _GOAL_PRESENT = ENTITY_FIELDS["present"].start, GOAL_FIELDS["present"].start
 
 
 class NoiseSchedule:
@@ -133,8 +132,8 @@ def encode_window(batch: Mapping[str, torch.Tensor], config: DenoiserConfig) -> 
         "action": (action, ("B", config.horizon, config.action_dim)),
         "desired_goal": (goal, ("B", "M", GOAL_DIM)),
     }
-    mask = torch.as_tensor(batch["mask"]) if "mask" in batch else obs[:, 0, :, _PRESENT] > 0.5
-    goal_mask = torch.as_tensor(batch["goal_mask"]) if "goal_mask" in batch else goal[..., _GOAL_PRESENT] > 0.5
+    mask = torch.as_tensor(batch["mask"]) if "mask" in batch else obs[:, 0, :, ENTITY_PRESENT] > 0.5
+    goal_mask = torch.as_tensor(batch["goal_mask"]) if "goal_mask" in batch else goal[..., GOAL_PRESENT] > 0.5
     valid = torch.as_tensor(batch["valid"]) if batch.get("valid") is not None else None
     specs |= {"mask": (mask, ("B", "N")), "goal_mask": (goal_mask, ("B", "M"))}
     if valid is not None:
@@ -288,8 +287,8 @@ def sample(
     observation, desired_goal = observation.to(device, torch.float32), desired_goal.to(device, torch.float32)
     static, state0 = config.split(observation[:, None])
     goals = goal_features(desired_goal)
-    mask = observation[..., _PRESENT] > 0.5 if mask is None else mask.to(device)
-    goal_mask = desired_goal[..., _GOAL_PRESENT] > 0.5
+    mask = observation[..., ENTITY_PRESENT] > 0.5 if mask is None else mask.to(device)
+    goal_mask = desired_goal[..., GOAL_PRESENT] > 0.5
 
     given = torch.zeros(state_shape, dtype=torch.bool, device=device)
     clean = torch.zeros(state_shape, device=device)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ecrl.envs.layout import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
+from ecrl.envs.layout import ENTITY_DIM, ENTITY_FIELDS, ENTITY_PRESENT, GOAL_DIM, GOAL_FIELDS, GOAL_PRESENT
 
 __all__ = [
     "ENTITY_DIM",
@@ -76,7 +76,7 @@ def to_entities(
         ents, goals = ents[None], goals[None]
     return EntityBatch(
         entities=ents,
-        mask=ents[..., ENTITY_FIELDS["present"].start] > 0.5,
+        mask=ents[..., ENTITY_PRESENT] > 0.5,
         goal_entities=goals,
-        goal_mask=goals[..., GOAL_FIELDS["present"].start] > 0.5,
+        goal_mask=goals[..., GOAL_PRESENT] > 0.5,
     )

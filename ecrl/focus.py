@@ -31,18 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from ecrl.envs.layout import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
+from ecrl.envs.layout import ENTITY_DIM, ENTITY_PRESENT, ENTITY_XY, GOAL_DIM, GOAL_FIELDS, GOAL_XY, SUCCESS_DISTANCE
 
 __all__ = ["PLACED_WITHIN", "PROGRESS", "Focus", "focus_order"]
 
-PLACED_WITHIN = 0.04
+PLACED_WITHIN = SUCCESS_DISTANCE
 """Metres from its target within which an object counts as placed (the push envs' success distance)."""
 PROGRESS = 0.005
 """Metres a held object must come nearer its target to count as progress (``patience``)."""
 
-_PRESENT, _RANK = ENTITY_FIELDS["present"].start, GOAL_FIELDS["rank"].start
-_XY = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
-_GOAL_XY = slice(GOAL_FIELDS["position"].start, GOAL_FIELDS["position"].start + 2)
+_RANK = GOAL_FIELDS["rank"].start
 _ROW_KEYS = ("observation", "desired_goal", "achieved_goal")
 
 
@@ -81,9 +79,9 @@ def focus_order(
     """
     ents, goals = _rows({"observation": observation, "desired_goal": desired_goal})
     objects = ents[:, 1:]
-    present = objects[..., _PRESENT] > 0.5
-    placed = np.linalg.norm(objects[..., _XY] - goals[..., _GOAL_XY], axis=-1) <= placed_within
-    reach = np.linalg.norm(objects[..., _XY] - ents[:, :1, _XY], axis=-1)
+    present = objects[..., ENTITY_PRESENT] > 0.5
+    placed = np.linalg.norm(objects[..., ENTITY_XY] - goals[..., GOAL_XY], axis=-1) <= placed_within
+    reach = np.linalg.norm(objects[..., ENTITY_XY] - ents[:, :1, ENTITY_XY], axis=-1)
     rank = np.where(placed, 0.0, goals[..., _RANK])
     none = np.zeros_like(present)
     held = none if held is None else held
@@ -159,8 +157,8 @@ class Focus:
         self._t += 1
         held = aside = None
         if self.patience:
-            present = objects[..., _PRESENT] > 0.5
-            dist = np.linalg.norm(objects[..., _XY] - goals[..., _GOAL_XY], axis=-1)
+            present = objects[..., ENTITY_PRESENT] > 0.5
+            dist = np.linalg.norm(objects[..., ENTITY_XY] - goals[..., GOAL_XY], axis=-1)
             held = self._held & present & (dist > self.placed_within)
             better = held & (dist < self._best - PROGRESS)
             self._best = np.where(better, dist, self._best)

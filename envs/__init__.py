@@ -13,7 +13,20 @@ from typing import Any
 import gymnasium as gym
 
 from ecrl.envs.expert import ScriptedExpert
-from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, PALETTE, SHAPES
+from ecrl.envs.layout import (
+    AGENT_GRIPPER,
+    ENTITY_DIM,
+    ENTITY_FIELDS,
+    ENTITY_PRESENT,
+    ENTITY_XY,
+    GOAL_DIM,
+    GOAL_FIELDS,
+    GOAL_PRESENT,
+    GOAL_XY,
+    PALETTE,
+    SHAPES,
+    SUCCESS_DISTANCE,
+)
 from ecrl.envs.ogbench import CUBE_ENV_TYPES
 from ecrl.envs.push import PushEnv
 from ecrl.envs.splits import COLOUR_SHAPE, SHAPE_GOAL, SPLITS, CompositionalSplit, HeldOut
@@ -24,14 +37,19 @@ __all__ = [
     "COLOUR_SHAPE",
     "ENTITY_DIM",
     "ENTITY_FIELDS",
+    "ENTITY_PRESENT",
+    "ENTITY_XY",
     "GOAL_DIM",
     "GOAL_FIELDS",
+    "GOAL_PRESENT",
+    "GOAL_XY",
     "GOAL_KINDS",
     "MAX_OBJECTS",
     "OGBENCH_IDS",
     "PALETTE",
     "REGISTERED_IDS",
     "SHAPES",
+    "SUCCESS_DISTANCE",
     "SHAPE_GOAL",
     "SPLITS",
     "CompositionalSplit",

@@ -8,13 +8,11 @@ from scipy.optimize import linear_sum_assignment
 from scipy.sparse.csgraph import dijkstra
 
 from ecrl.envs.goals import same_group
-from ecrl.envs.layout import ENTITY_FIELDS, GOAL_FIELDS
+from ecrl.envs.layout import ENTITY_FIELDS, ENTITY_PRESENT, ENTITY_XY, GOAL_FIELDS, GOAL_XY
 from ecrl.envs.push import MAX_DISPLACEMENT, PushEnv
 from ecrl.envs.scene import AGENT_RADIUS
 
 _E, _G = ENTITY_FIELDS, GOAL_FIELDS
-_XY = slice(_E["position"].start, _E["position"].start + 2)
-_GXY = slice(_G["position"].start, _G["position"].start + 2)
 _SIZE = _E["size"].start
 
 
@@ -75,12 +73,12 @@ class ScriptedExpert:
         rows = obs["observation"]
         if rows.ndim != 2:
             raise ValueError(f"act takes one observation, got observation of shape {rows.shape}")
-        agent = rows[rows[:, _E["is_agent"].start] > 0.5][0, _XY]
-        objects = np.flatnonzero((rows[:, _E["is_object"].start] > 0.5) & (rows[:, _E["present"].start] > 0.5))
+        agent = rows[rows[:, _E["is_agent"].start] > 0.5][0, ENTITY_XY]
+        objects = np.flatnonzero((rows[:, _E["is_object"].start] > 0.5) & (rows[:, ENTITY_PRESENT] > 0.5))
         n = len(objects)
-        pos, sizes = rows[objects, _XY], rows[objects, _SIZE]
+        pos, sizes = rows[objects, ENTITY_XY], rows[objects, _SIZE]
         desired = obs["desired_goal"][:n]
-        targets = desired[:, _GXY]
+        targets = desired[:, GOAL_XY]
 
         same = same_group(desired[None], by_colour=self.env.spec_.goal == "sort")[0] | np.eye(n, dtype=bool)
         cost = np.linalg.norm(pos[:, None] - targets[None], axis=-1)

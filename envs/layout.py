@@ -118,6 +118,20 @@ GOAL_COLOUR = GOAL_FIELDS["colour"]
 GOAL_POSITION = GOAL_FIELDS["position"]
 GOAL_PRESENT = GOAL_FIELDS["present"].start
 
+# Columns that code outside the env reads on its hot paths: masks from "present", planar geometry
+# from the x, y of "position" (every skill so far acts and succeeds in the table plane).
+ENTITY_PRESENT = ENTITY_FIELDS["present"].start
+"""Column of an entity row's ``present`` flag (``rows[..., ENTITY_PRESENT] > 0.5`` is the mask)."""
+ENTITY_XY = slice(ENTITY_FIELDS["position"].start, ENTITY_FIELDS["position"].start + 2)
+"""Columns of an entity row's planar position x, y."""
+ENTITY_VELOCITY_XY = slice(ENTITY_FIELDS["velocity"].start, ENTITY_FIELDS["velocity"].start + 2)
+"""Columns of an entity row's planar velocity."""
+GOAL_XY = slice(GOAL_POSITION.start, GOAL_POSITION.start + 2)
+"""Columns of a goal row's planar position x, y."""
+
+SUCCESS_DISTANCE = 0.04
+"""Metres within which an object counts as placed: the default ``distance_threshold`` of every env."""
+
 
 def shape_one_hot(shape: str) -> np.ndarray:
     """``(S,)`` one-hot of ``shape`` over :data:`SHAPES`."""

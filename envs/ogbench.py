@@ -34,7 +34,17 @@ import mujoco
 import numpy as np
 
 from ecrl.envs import goals
-from ecrl.envs.layout import AGENT_GRIPPER, AGENT_RGB, ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS, shape_one_hot
+from ecrl.envs.layout import (
+    AGENT_GRIPPER,
+    AGENT_RGB,
+    ENTITY_DIM,
+    ENTITY_FIELDS,
+    GOAL_DIM,
+    GOAL_FIELDS,
+    GOAL_PRESENT,
+    SUCCESS_DISTANCE,
+    shape_one_hot,
+)
 
 CUBE_ENV_TYPES: dict[int, str] = {1: "single", 2: "double", 3: "triple", 4: "quadruple", 8: "octuple"}
 """OGBench's name of the cube env with ``n`` cubes (``cube-<name>-v0``)."""
@@ -53,7 +63,6 @@ PLAY_P_STACK: dict[int, tuple[float, float]] = {
 PLAY_NOISE, PLAY_NOISE_SMOOTHING = 0.1, 0.5
 """OGBench's plan-oracle noise for play data (``CubePlanOracle(noise=0.1, noise_smoothing=0.5)``)."""
 N_TASKS = 5
-SUCCESS_DISTANCE = 0.04
 """OGBench's success radius (m): a cube is on its goal within 4 cm (3-D)."""
 ACTION_DIM = 5
 """OGBench's action: effector displacement x, y, z, yaw, gripper, each in ``[-1, 1]``."""
@@ -273,7 +282,7 @@ class OGBenchCubeEnv(gym.Env):
         goal[:n, _G["shape"]] = shape_one_hot("cube")
         goal[:n, _G["colour"]] = rgb
         self._obs_buf, self._achieved_buf, self._desired_buf = obs, goal, goal.copy()
-        self._present = goal[:, _G["present"].start] > 0.5
+        self._present = goal[:, GOAL_PRESENT] > 0.5
 
     # ------------------------------------------------------------------ step
     def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool, dict]:

@@ -15,10 +15,14 @@ from ecrl.envs.layout import (
     AGENT_RGB,
     ENTITY_DIM,
     ENTITY_FIELDS,
+    ENTITY_VELOCITY_XY,
+    ENTITY_XY,
     GOAL_DIM,
     GOAL_FIELDS,
+    GOAL_XY,
     PALETTE,
     SHAPES,
+    SUCCESS_DISTANCE,
     shape_one_hot,
 )
 from ecrl.envs.scene import AGENT_HALF_HEIGHT, AGENT_RADIUS, CAMERAS, MAIN_CAMERAS, SUBSTEPS, build_model, scatter
@@ -29,10 +33,7 @@ MAX_DISPLACEMENT = 0.03
 """Metres the pusher's set point moves per step at action magnitude 1 (per axis)."""
 
 _E, _G = ENTITY_FIELDS, GOAL_FIELDS
-_POS_XY = slice(_E["position"].start, _E["position"].start + 2)
-_VEL_XY = slice(_E["velocity"].start, _E["velocity"].start + 2)
 _SIN, _COS = _E["yaw"].start, _E["yaw"].start + 1
-_GOAL_XY = slice(_G["position"].start, _G["position"].start + 2)
 
 
 def _footprint(shape: str, size: float) -> float:
@@ -92,7 +93,7 @@ class PushEnv(gym.Env):
         part: str = "train",
         n_max: int | None = None,
         reward_type: str = "sparse",
-        distance_threshold: float = 0.04,
+        distance_threshold: float = SUCCESS_DISTANCE,
         table_size: float = 0.6,
         render_mode: str | None = None,
         camera: str = "front",
@@ -250,7 +251,7 @@ class PushEnv(gym.Env):
     def _set_targets(self, targets: np.ndarray, ranks: np.ndarray) -> None:
         n = self.n_objects
         desired = self._goal_template.copy()
-        desired[:n, _GOAL_XY] = targets
+        desired[:n, GOAL_XY] = targets
         desired[:n, _G["rank"].start] = ranks
         self._goal_template[:n, _G["rank"].start] = ranks
         self._desired = desired
@@ -258,7 +259,7 @@ class PushEnv(gym.Env):
         self._rank_order = np.argsort(ranks) if self.spec_.goal == "ordered" else None
         self.model.site_pos[self._goal_site, :2] = targets
         # Constant for the episode: what step() would otherwise recompute every time.
-        self._target_xy = desired[:n, _GOAL_XY].copy()
+        self._target_xy = desired[:n, GOAL_XY].copy()
         self._allowed = self._same[0] | np.eye(n, dtype=bool) if self._same.any() else None
         self._max_steps = self.spec_.max_steps
         # step() writes the moving fields into these and returns copies.
@@ -278,11 +279,11 @@ class PushEnv(gym.Env):
         self._xy_index = np.concatenate([[[0, 1]], 2 + 3 * np.arange(n)[:, None] + np.arange(2)])
         if self.spec_ is None:
             return
-        self._obs_xy = self._obs_buf[: 1 + n, _POS_XY]
-        self._obs_vel = self._obs_buf[: 1 + n, _VEL_XY]
+        self._obs_xy = self._obs_buf[: 1 + n, ENTITY_XY]
+        self._obs_vel = self._obs_buf[: 1 + n, ENTITY_VELOCITY_XY]
         self._obs_sin = self._obs_buf[1 : 1 + n, _SIN]
         self._obs_cos = self._obs_buf[1 : 1 + n, _COS]
-        self._achieved_xy = self._achieved_buf[:n, _GOAL_XY]
+        self._achieved_xy = self._achieved_buf[:n, GOAL_XY]
         self._achieved_pos = self._achieved_buf[:n, _G["position"]]
 
     def _with_z(self, xy: np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ from torch import nn
 
 from ecrl.attention import AttentionBlock, AttentionPool, layer_norm, mlp, normed_mlp
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
+from ecrl.envs.layout import ENTITY_PRESENT, GOAL_PRESENT
 
 ARCHITECTURES = ("eit", "deepsets")
 
@@ -34,8 +35,6 @@ def _feature_scale(fields: dict[str, slice], width: int, scales: dict[str, float
 _SCALES = {"position": 4.0, "velocity": 2.0, "size": 25.0}
 ENTITY_SCALE = _feature_scale(ENTITY_FIELDS, ENTITY_DIM, _SCALES)
 GOAL_SCALE = _feature_scale(GOAL_FIELDS, GOAL_DIM, _SCALES)
-_PRESENT = ENTITY_FIELDS["present"].start
-_GOAL_PRESENT = GOAL_FIELDS["present"].start
 
 
 @dataclass
@@ -115,7 +114,7 @@ class EntityNet(nn.Module):
             )
         if (action is None) != (self.embed_action is None):
             raise ValueError("this network takes an action" if action is None else "this network takes no action")
-        mask, goal_mask = ents[..., _PRESENT] > 0.5, goals[..., _GOAL_PRESENT] > 0.5
+        mask, goal_mask = ents[..., ENTITY_PRESENT] > 0.5, goals[..., GOAL_PRESENT] > 0.5
         x = self._tokens(self.embed_entity, ents * self.entity_scale)
         g = self._tokens(self.embed_goal, goals * self.goal_scale)
         if action is not None:

@@ -41,8 +41,8 @@ from ecrl.diffusion.ema import EMA
 from ecrl.diffusion.noise import loss
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.train import DiffusionTrainConfig, planner_policy
-from ecrl.entities import ENTITY_FIELDS, GOAL_FIELDS
 from ecrl.envs import MAX_OBJECTS
+from ecrl.envs.layout import ENTITY_PRESENT, GOAL_PRESENT
 from ecrl.policy import Policy
 from ecrl.reporting import markdown_table, report_header
 from ecrl.scripts.bench_policies import rollout_observations
@@ -265,8 +265,8 @@ def denoiser_inputs(model: EntityDenoiser, obs: dict[str, np.ndarray]) -> tuple:
     config, generator = model.config, torch.Generator().manual_seed(0)
     states = torch.randn((1, config.horizon + 1, *state0.shape[2:]), generator=generator)
     actions = torch.randn((1, config.horizon, config.action_dim), generator=generator)
-    mask = observation[..., ENTITY_FIELDS["present"].start] > 0.5
-    goal_mask = goal[..., GOAL_FIELDS["present"].start] > 0.5
+    mask = observation[..., ENTITY_PRESENT] > 0.5
+    goal_mask = goal[..., GOAL_PRESENT] > 0.5
     return states, actions, config.diffusion_steps // 2, static, goal_features(goal), mask, goal_mask
 
 
