@@ -118,6 +118,53 @@ def plot_success_vs_n(
     plt.close(fig)
 
 
+_COMPARE_COLOURS = ("tab:grey", "tab:blue", "tab:orange", "tab:green")
+_COMPARE_PARTS = {"train": ("train part", "-", "o"), "test": ("held out", "--", "s")}
+
+
+def compare_evaluations(
+    evals: Sequence[Path],
+    labels: Sequence[str],
+    path: Path,
+    *,
+    title: str = "the same weights, 50 episodes per point",
+    train_n: Sequence[int] = (),
+) -> str:
+    """Several ``ecrl-eval`` outputs in one plot of success vs N (train part solid, held out dashed).
+
+    Args:
+        evals: folders holding an ``eval.json`` (e.g. the same weights with and without a setting, same seeds).
+        labels: a name per folder.
+        path: the PNG to write.
+        title: the plot's title.
+        train_n: numbers of objects trained on, shaded.
+
+    Returns:
+        A markdown table of successes per N, a column per (folder, part).
+    """
+    if len(labels) != len(evals):
+        raise ValueError(f"a label per folder: {len(evals)} folders but {len(labels)} labels")
+    series: dict[str, list[Mapping[str, Any]]] = {}
+    styles: dict[str, dict[str, Any]] = {}
+    table: dict[int, dict[str, str]] = {}
+    for k, (label, folder) in enumerate(zip(labels, evals, strict=True)):
+        file = Path(folder) / "eval.json"
+        if not file.is_file():
+            raise ValueError(f"{folder} has no eval.json: expected a folder written by ecrl-eval")
+        results = json.loads(file.read_text())["results"]
+        for part, (name, line, marker) in _COMPARE_PARTS.items():
+            rows = sorted((r for r in results if r["part"] == part), key=lambda r: r["n_objects"])
+            if not rows:
+                continue
+            key = f"{label}, {name}"
+            series[key] = rows
+            styles[key] = {"color": _COMPARE_COLOURS[k % len(_COMPARE_COLOURS)], "linestyle": line, "marker": marker}
+            for r in rows:
+                table.setdefault(r["n_objects"], {})[key] = f"{r['successes']}/{r['episodes']}"
+    plot_success_vs_n(series, path, title=title, styles=styles, train_n=train_n)
+    return markdown_table(["N", *series], [[n, *(row.get(s, "–") for s in series)] for n, row in sorted(table.items())])
+
+
 def camera_strip(views: Mapping[str, np.ndarray]) -> np.ndarray:
     """Camera images ``{name: (H, W, 3) uint8}`` side by side, 2 white pixels apart: ``(H, W', 3)``."""
     images = list(views.values())

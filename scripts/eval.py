@@ -29,6 +29,10 @@ Examples:
 
     # the scripted expert alone, a smoke run in a few seconds
     ecrl-eval expert --objects 1 2 --episodes 2 --out /tmp/eval_expert
+
+    # several evaluations in one plot of success vs N (see `ecrl-eval compare --help`)
+    ecrl-eval compare results/diffusion_push3/longest results/diffusion_push3/focus2 \\
+        --labels "all objects" "focus=2" --train-n 3 --out /tmp/focus_vs_all.png
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from ecrl.evaluation import (
 )
 from ecrl.focus import Focus
 from ecrl.policy import CONFIG, Policy
+from ecrl.scripts import eval_compare
 from ecrl.scripts.cli import cli_errors
 from ecrl.training import parse_assignment
 
@@ -237,6 +242,8 @@ def with_policy_options(policy: Policy, items: Sequence[str]) -> Policy:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `ecrl-eval`."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["compare"]:  # a policy folder named so is ./compare
+        return eval_compare.main(argv[1:])
     args = tyro.cli(Args, args=argv, prog="ecrl-eval", description=__doc__)
     with cli_errors("ecrl-eval", (CheckpointError, ValueError)):  # bad input: a clean message, not a traceback
         policy = ExpertPolicy() if args.path == EXPERT else ecrl.load(args.path, device=args.device)

@@ -161,3 +161,18 @@ def test_cli_refuses_a_path_that_is_not_a_checkpoint(tmp_path, capsys):
         main([str(tmp_path), "--objects", "1"])
     assert exit_.value.code == 2
     assert "not an ecrl policy checkpoint" in capsys.readouterr().err
+
+
+def test_cli_compare_plots_several_evaluations_and_tables_their_successes(tmp_path, capsys, expert_report):
+    from ecrl.scripts.eval import main
+
+    write_report(expert_report, tmp_path / "expert", "ecrl-eval expert", train_n=[1])
+    write_report(evaluate(ZeroPolicy(), [1], episodes=4, progress=False), tmp_path / "zero", "ecrl-eval zero")
+    out = tmp_path / "both.png"
+    main(["compare", str(tmp_path / "expert"), str(tmp_path / "zero"), "--labels", "expert", "zero", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert out.stat().st_size > 0
+    assert "| N | expert, train part | zero, train part |" in printed and "| 1 | 4/4 | 0/4 |" in printed
+    with pytest.raises(SystemExit):  # a label per folder
+        main(["compare", str(tmp_path / "expert"), "--labels", "a", "b", "--out", str(out)])
+    assert "a label per folder" in capsys.readouterr().err
