@@ -41,7 +41,9 @@ fig, axes = plt.subplots(1, 2, figsize=(11, 4))
 colours = plt.get_cmap("tab20").colors
 for i, (label, run) in enumerate(table.items()):
     steps = [e["step"] for e in run["evals"]]
-    style = {"lw": 2.5, "color": "black"} if label.startswith("baseline") else {"marker": "o", "ms": 3, "color": colours[i]}
+    style = (
+        {"lw": 2.5, "color": "black"} if label.startswith("baseline") else {"marker": "o", "ms": 3, "color": colours[i]}
+    )
     axes[0].plot(steps, [e["fg_ari"] for e in run["evals"]], label=label, **style)
     axes[1].plot(steps, [e["position_cm"] for e in run["evals"]], label=label, **style)
 axes[0].axhline(0.9, ls="--", color="grey")

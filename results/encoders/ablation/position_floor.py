@@ -41,7 +41,9 @@ rng = np.random.default_rng(0)
 fit_x, fit_y = centres(fit, np.sort(rng.choice(len(fit), 1024, replace=False)))
 test_x, test_y = centres(test, np.sort(rng.choice(len(test), 1024, replace=False)))
 floor = PositionProbe().fit(fit_x, fit_y).score(test_x, test_y)
-print(f"probe on true mask centres: {floor.mean_cm:.2f} cm mean, {floor.median_cm:.2f} median ({floor.objects} objects)")
+print(
+    f"probe on true mask centres: {floor.mean_cm:.2f} cm mean, {floor.median_cm:.2f} median ({floor.objects} objects)"
+)
 
 encoder = load_encoder(sys.argv[1])
 index = np.sort(np.random.default_rng(0).choice(len(test), 256, replace=False))
