@@ -54,7 +54,6 @@ all True); a particle that explains nothing says so with its transparency, which
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -62,7 +61,25 @@ from einops import rearrange
 from torch import nn
 
 from ecrl.checkpoint import register_builder
-from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_config, check_images, pixel_centres
+from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_images, pixel_centres
+from ecrl.encoders.keypoints import coordinate_channels, gaussian_kl, peak_mean, sample_gaussian, spatial_softmax
+from ecrl.encoders.particle_config import (
+    AGENT_SIGMA,
+    BACKGROUND_STRIDE,
+    CANVAS_GAIN,
+    COLOUR_DETAIL,
+    DEPTH_TEMPERATURE,
+    LOGVAR_INIT,
+    LOGVAR_RANGE,
+    POSITION_SIGMA_INIT,
+    PRIOR_CHANNELS,
+    PRIOR_TEMPERATURE,
+    SALIENCY_GAIN,
+    SCALE_SIGMA,
+    SUPPRESSION,
+    SUPPRESSION_PX,
+    ParticleConfig,
+)
 
 __all__ = ["PARTICLE_FIELDS", "ParticleConfig", "ParticleEncoder", "spatial_softmax"]
 
@@ -74,155 +91,6 @@ PARTICLE_FIELDS: dict[str, slice] = {
 }
 """The first columns of a particle's entity row; the visual latent and the view embedding follow
 (:meth:`ParticleEncoder.fields` has them all)."""
-
-PRIOR_CHANNELS = 8
-"""Channels of the prior's fixed random convolution."""
-PRIOR_TEMPERATURE = 0.05
-"""Spatial-softmax temperature of the prior, on deviation energies normalised to at most 1 per image."""
-DEPTH_TEMPERATURE = 0.25
-"""Compositing weight ``exp(-depth / DEPTH_TEMPERATURE)``: a depth 1 closer weighs e⁴ more."""
-SALIENCY_GAIN = 100.0
-"""Weight of the saliency (at most 1) in the posterior heatmap logits: sharp enough that a heatmap
-picks one salient thing rather than averaging several."""
-SUPPRESSION = 100.0
-"""Logit penalty at an earlier keypoint in later heatmaps (a Gaussian bump), as large as the saliency."""
-SUPPRESSION_PX = 4.0
-"""Std in pixels of that bump (see :meth:`ParticleEncoder._keypoints`). A narrower one (1.5 px, with heatmaps
-at half the resolution) did not separate touching things (``results/encoders/ablation``)."""
-COLOUR_DETAIL = 0.5
-"""With ``particle_colour``: bound (in logits) of the per-channel detail added to a particle's shaded colour
-(anti-aliased edges, highlights)."""
-POSITION_SIGMA_INIT = 0.02
-"""Initial posterior std of the keypoints (about half a pixel at 64 px), far below ``prior_sigma``."""
-LOGVAR_INIT = -4.0
-"""Initial posterior log-variance of scale, depth and visual latents."""
-SCALE_SIGMA = 0.5
-"""Prior std of a particle's scale logit (its mean is the glimpse's share of the image)."""
-BACKGROUND_STRIDE = 8
-"""The background latent decodes to a ``H / 8 × W / 8`` correction of the canvas."""
-CANVAS_GAIN = 8.0
-"""The canvas logits are ``CANVAS_GAIN × parameter``, so that Adam's steps move them as fast as weights."""
-AGENT_SIGMA = 0.5
-"""With ``agent_weight``: std, in heatmap cells, of the Gaussian around the pusher's image position that
-the agent heatmap's softmax is fitted to."""
-_LOGVAR_RANGE = (-12.0, 6.0)
-
-
-@dataclass
-class ParticleConfig:
-    """Size and loss weights of a :class:`ParticleEncoder` (JSON-able)."""
-
-    views: int = 2
-    """Cameras ``V`` per sample."""
-    image_size: int = 64
-    """Side of the square input images in pixels: 32, 64 or 128."""
-    entities: int = 8
-    """Posterior particles ``K`` per view."""
-    prior_patch: int = 8
-    """Side in pixels of the prior's patches; each proposes one keypoint."""
-    prior_keypoints: int = 16
-    """Prior keypoints kept per image: the patches with the most concentrated spatial softmax."""
-    width: int = 32
-    """Channels of the CNNs."""
-    feature_dim: int = 8
-    """Visual latent per particle."""
-    glimpse: int = 16
-    """Side in pixels of the crop a particle is encoded from and of the glimpse it decodes to (multiple of 4)."""
-    view_dim: int = 4
-    """Width of the learned per-view embedding appended to every entity row."""
-    background_dim: int = 4
-    """Global latent of the background (per image)."""
-    beta_kl: float = 0.2
-    """Weight of the KL (nats per image) against the summed squared error of the image."""
-    beta_glimpse: float = 1.0
-    """Weight of the glimpse loss (each particle's glimpse alone against its crop, see
-    :meth:`ParticleEncoder.glimpse_loss`) against the reconstruction MSE."""
-    prior_sigma: float = 0.1
-    """Std of the prior keypoint Gaussians, in the ``[-1, 1]`` image coordinates."""
-    foreground_weight: float = 0.0
-    """Extra weight of pixels the background does not explain in the reconstruction loss: pixel weight
-    ``1 + foreground_weight × (squared difference between image and background, summed over colour)``,
-    normalised to mean 1. Objects of a few pixels barely move a plain MSE; this makes leaving them to
-    the background cost (0: plain MSE)."""
-    glimpse_fade_start: int = 0
-    """Training step at which ``beta_glimpse`` starts to fade linearly to 0 (see ``glimpse_fade_end``)."""
-    glimpse_fade_end: int = 0
-    """Training step from which the glimpse loss is off (0: never fade it). The glimpse loss asks every particle to draw its whole crop, neighbours included, which merges
-    touching things; once the glimpse decoders draw, fading it out lets particles specialise."""
-    particle_colour: bool = False
-    """Each particle draws one colour, shaded: its glimpse's RGB logits are a per-particle colour plus a
-    per-pixel brightness shared by the three channels (plus at most :data:`COLOUR_DETAIL` of free
-    per-channel detail). A particle cannot then draw a red object and the grey pusher beside it equally well, so
-    the reconstruction prefers another particle for the pusher (off: free RGB per pixel)."""
-    explain_away: bool = False
-    """Particles are encoded one after the other (in keypoint order), each from the image with what the
-    particles before it draw replaced by the background (their posterior-mean opacity, kept
-    differentiable). The particle next to an object that an earlier particle draws then sees the
-    pusher beside it rather than the object, and an earlier particle that stops drawing the pusher
-    lets a later one draw it (off: all particles are encoded from the image at once)."""
-    agent_weight: float = 0.0
-    """Weight of the agent loss (0: off). Above 0, particle 0 of every view is the agent's: its keypoint
-    is read from its own heatmap alone (no saliency added; the softmax mean within 3 × 3 cells of its
-    peak), and in training ``agent_weight`` times :meth:`ParticleEncoder.agent_loss` is added to the
-    loss: the heatmap's softmax is fitted to a Gaussian on the pusher's image position. That position
-    is projected from the pusher's recorded position with the camera's calibration
-    (:attr:`~ecrl.encoders.data.Frames.agent_points`): proprioception a robot has for free. It is a
-    training signal only; encoding reads images alone. The other particles' keypoints are suppressed
-    around the pusher (they come after it), so that the particle of an object next to the pusher is
-    less often also the pusher's (see ``results/encoders/agent``)."""
-
-    def __post_init__(self) -> None:
-        check_config(self, ("prior_keypoints", "width", "feature_dim", "background_dim"))
-        if self.prior_patch < 2 or self.image_size % self.prior_patch:
-            raise ValueError(
-                f"prior_patch ({self.prior_patch}) must be at least 2 and divide image_size ({self.image_size})"
-            )
-        patches = (self.image_size // self.prior_patch) ** 2
-        if self.prior_keypoints > patches:
-            raise ValueError(f"prior_keypoints ({self.prior_keypoints}) exceeds the {patches} prior patches")
-        if self.glimpse % 4 or not 4 <= self.glimpse <= self.image_size:
-            raise ValueError(
-                f"glimpse must be a multiple of 4 in [4, image_size={self.image_size}], got {self.glimpse}"
-            )
-        for name in ("beta_kl", "beta_glimpse", "foreground_weight", "agent_weight"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not self.prior_sigma > 0:
-            raise ValueError(f"prior_sigma must be > 0, got {self.prior_sigma}")
-        for name in ("glimpse_fade_start", "glimpse_fade_end"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise ValueError(f"{name} must be a step count >= 0, got {getattr(self, name)!r}")
-        if self.glimpse_fade_end and self.glimpse_fade_end < self.glimpse_fade_start:
-            raise ValueError(
-                f"glimpse_fade_end ({self.glimpse_fade_end}) must not come before glimpse_fade_start "
-                f"({self.glimpse_fade_start}); 0 never fades"
-            )
-
-
-def spatial_softmax(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Expected pixel-centre coordinates of ``softmax(logits: (N, C, h, w))`` over each map.
-
-    Returns:
-        ``mean (N, C, 2)`` (x, y in ``[-1, 1]``) and ``var (N, C, 2)`` of the distribution.
-    """
-    h, w = logits.shape[-2:]
-    probs = logits.flatten(-2).softmax(-1).unflatten(-1, (h, w))
-    xs, ys = pixel_centres(w, logits), pixel_centres(h, logits)
-    px, py = probs.sum(-2), probs.sum(-1)  # marginals (N, C, w), (N, C, h)
-    mean = torch.stack([px @ xs, py @ ys], -1)
-    second = torch.stack([px @ xs.square(), py @ ys.square()], -1)
-    return mean, (second - mean.square()).clamp_min(0.0)
-
-
-def _gaussian_kl(
-    mean: torch.Tensor, logvar: torch.Tensor, prior_mean: torch.Tensor | float, prior_logvar: float
-) -> torch.Tensor:
-    """Elementwise ``KL(N(mean, e^logvar) || N(prior_mean, e^prior_logvar))``."""
-    return 0.5 * (prior_logvar - logvar + (logvar.exp() + (mean - prior_mean).square()) / math.exp(prior_logvar) - 1)
-
-
-def _sample(mean: torch.Tensor, logvar: torch.Tensor, stochastic: bool) -> torch.Tensor:
-    return mean + torch.randn_like(mean) * (0.5 * logvar).exp() if stochastic else mean
 
 
 def _conv(cin: int, cout: int, stride: int = 1) -> nn.Module:
@@ -295,7 +163,7 @@ class ParticleEncoder(EntityEncoder):
         )
         nn.init.zeros_(self.background_decoder[0].weight)
         nn.init.zeros_(self.background_decoder[0].bias)
-        self.register_buffer("coords", _coordinate_channels(s), persistent=False)
+        self.register_buffer("coords", coordinate_channels(s), persistent=False)
         self.cells = s // c.prior_patch
         self.schedule(0)
 
@@ -357,7 +225,7 @@ class ParticleEncoder(EntityEncoder):
             stats.split([2, 2, 2, 2, 1, 1, 1, c.feature_dim, c.feature_dim], -1)
         )
         mu = (anchor + self.glimpse_share * torch.tanh(offset)).clamp(-1.0, 1.0)
-        clamp = lambda t: t.clamp(*_LOGVAR_RANGE)  # noqa: E731
+        clamp = lambda t: t.clamp(*LOGVAR_RANGE)  # noqa: E731
         return {
             "mu": mu,
             "mu_logvar": clamp(offset_logvar),
@@ -416,7 +284,7 @@ class ParticleEncoder(EntityEncoder):
         keypoints = []
         for k in range(logits.shape[1]):
             if k == 0 and self.uses_agent:  # the agent's heatmap: learned, from the agent loss
-                mean = _peak_mean(logits[:, 0])[:, None]
+                mean = peak_mean(logits[:, 0])[:, None]
             else:
                 mean, _ = spatial_softmax(logits[:, k : k + 1] + saliency - taken[:, None])
             keypoints.append(mean)
@@ -537,12 +405,12 @@ class ParticleEncoder(EntityEncoder):
     def _background(self, pooled: torch.Tensor, b: int, stochastic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Background ``(B V, 3, H, W)`` and its latent's KL ``(B V,)`` from pooled trunk features ``(B V, width)``."""
         mean, logvar = self.background_encoder(pooled).chunk(2, -1)
-        logvar = logvar.clamp(*_LOGVAR_RANGE)
-        low = self.background_decoder(_sample(mean, logvar, stochastic))
+        logvar = logvar.clamp(*LOGVAR_RANGE)
+        low = self.background_decoder(sample_gaussian(mean, logvar, stochastic))
         size = self.config.image_size
         logits = F.interpolate(low, size=(size, size), mode="bilinear", align_corners=False)
         canvas = (CANVAS_GAIN * self.canvas).repeat(b, 1, 1, 1)  # view-major within each sample
-        return torch.sigmoid(canvas + logits), _gaussian_kl(mean, logvar, 0.0, 0.0).sum(-1)
+        return torch.sigmoid(canvas + logits), gaussian_kl(mean, logvar, 0.0, 0.0).sum(-1)
 
     def forward(self, images: torch.Tensor, agent: torch.Tensor | None = None) -> EncoderOutput:
         """Encode, decode and score ``images: (B, V, 3, H, W)`` (samples latents in training mode).
@@ -565,10 +433,10 @@ class ParticleEncoder(EntityEncoder):
         flat = images.flatten(0, 1)
         post = self._posterior(flat, b)
         stochastic = self.training
-        mu = _sample(post["mu"], post["mu_logvar"], stochastic)
-        scale = torch.sigmoid(_sample(post["scale"], post["scale_logvar"], stochastic))
-        depth = _sample(post["depth"], post["depth_logvar"], stochastic)
-        features = _sample(post["features"], post["features_logvar"], stochastic)
+        mu = sample_gaussian(post["mu"], post["mu_logvar"], stochastic)
+        scale = torch.sigmoid(sample_gaussian(post["scale"], post["scale_logvar"], stochastic))
+        depth = sample_gaussian(post["depth"], post["depth_logvar"], stochastic)
+        features = sample_gaussian(post["features"], post["features_logvar"], stochastic)
         glimpses = self.glimpses(features)
         background, kl_background = self._background(post["pooled"], b, stochastic)
         recon, alpha = self.render(glimpses, mu, scale, depth, post["transparency"], background)
@@ -577,11 +445,11 @@ class ParticleEncoder(EntityEncoder):
         prior = self.prior_keypoints(flat)
         kl_keypoints = self.chamfer_kl(post["mu"], post["mu_logvar"], prior)
         kl_attributes = (
-            _gaussian_kl(post["scale"], post["scale_logvar"], self.scale_logit, 2 * math.log(SCALE_SIGMA)).sum((1, 2))
-            + _gaussian_kl(post["depth"], post["depth_logvar"], 0.0, 0.0).sum(1)
+            gaussian_kl(post["scale"], post["scale_logvar"], self.scale_logit, 2 * math.log(SCALE_SIGMA)).sum((1, 2))
+            + gaussian_kl(post["depth"], post["depth_logvar"], 0.0, 0.0).sum(1)
             + kl_background
         )
-        kl_features = _gaussian_kl(post["features"], post["features_logvar"], 0.0, 0.0).sum((1, 2))
+        kl_features = gaussian_kl(post["features"], post["features_logvar"], 0.0, 0.0).sum((1, 2))
         kl = (kl_keypoints + kl_attributes + kl_features).mean()
         recon_loss = self.reconstruction_loss(recon, flat, background)
         if agent is not None and self.uses_agent:
@@ -674,34 +542,13 @@ class ParticleEncoder(EntityEncoder):
         each prior Gaussian its KL to the nearest posterior one.
         """
         prior_logvar = 2 * math.log(self.config.prior_sigma)
-        kl = _gaussian_kl(mu[:, :, None], logvar[:, :, None], prior[:, None], prior_logvar).sum(-1)  # (N, K, L)
+        kl = gaussian_kl(mu[:, :, None], logvar[:, :, None], prior[:, None], prior_logvar).sum(-1)  # (N, K, L)
         return kl.amin(2).sum(1) + kl.amin(1).sum(1)
 
 
 register_builder("particle_encoder")(ParticleEncoder.from_fields)
 
 
-def _peak_mean(logits: torch.Tensor) -> torch.Tensor:
-    """``(N, 2)`` spatial-softmax mean of ``logits (N, h, w)`` within the 3 × 3 cells around each map's peak.
-
-    Unlike the mean over the whole map, it is not dragged towards the centre by the mass a heatmap
-    still spreads elsewhere while it learns; it is differentiable in the logits of the window.
-    """
-    h, w = logits.shape[-2:]
-    peak = logits.flatten(1).argmax(1)
-    rows = torch.arange(h, device=logits.device)[None, :, None] - (peak // w)[:, None, None]
-    cols = torch.arange(w, device=logits.device)[None, None, :] - (peak % w)[:, None, None]
-    window = (rows.abs() <= 1) & (cols.abs() <= 1)
-    return spatial_softmax(logits.masked_fill(~window, -torch.inf)[:, None])[0][:, 0]
-
-
 def _ramp(step: int, start: int, end: int) -> float:
     """0 before ``start``, 1 from ``end``, linear in between."""
     return min(1.0, max(0.0, (step - start) / max(end - start, 1)))
-
-
-def _coordinate_channels(size: int) -> torch.Tensor:
-    """``(1, 2, size, size)`` x and y of pixel centres in ``[-1, 1]``."""
-    line = pixel_centres(size)
-    ys, xs = torch.meshgrid(line, line, indexing="ij")
-    return torch.stack([xs, ys])[None]
