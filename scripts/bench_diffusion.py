@@ -45,7 +45,7 @@ from ecrl.envs import MAX_OBJECTS
 from ecrl.envs.layout import ENTITY_PRESENT, GOAL_PRESENT
 from ecrl.policy import Policy
 from ecrl.reporting import markdown_table, report_header
-from ecrl.scripts.bench_policies import rollout_observations
+from ecrl.timing import rollout_observations
 
 _TRAIN = DiffusionTrainConfig()
 # EC-Diffuser (Qi et al., ICLR 2025): ~20 ms per denoiser call on a GPU, 5-100 calls per env step.

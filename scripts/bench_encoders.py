@@ -35,7 +35,7 @@ from ecrl.encoders.io import ENCODER_KINDS, build_encoder, load_encoder
 from ecrl.encoders.metrics import encode_rate
 from ecrl.encoders.train import decomposition_picture
 from ecrl.reporting import markdown_table, report_header
-from ecrl.scripts.bench_envs import time_calls
+from ecrl.timing import time_calls
 
 
 @dataclass(frozen=True)

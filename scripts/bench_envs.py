@@ -13,20 +13,17 @@ the same trajectory (checked: the final `qpos` matches bit for bit) with nothing
 
 from __future__ import annotations
 
-import gc
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import gymnasium as gym
-import mujoco
 import numpy as np
 
 from ecrl.envs import MAX_OBJECTS
 from ecrl.envs.scene import SUBSTEPS, TIMESTEP
 from ecrl.reporting import report_header
+from ecrl.timing import random_actions, record_controls, reduce_times, time_calls, time_physics, time_steps
 
 
 @dataclass(frozen=True)
@@ -73,98 +70,13 @@ class EnvsArgs:
             raise ValueError(f"render_sizes must be in 16 … 256 pixels, got {self.render_sizes}")
 
 
-# ---------------------------------------------------------------------------------------- timing
-def _timed(fn: Callable[[], float]) -> float:
-    """Seconds spent by ``fn`` (which returns the seconds it wants counted), with gc off."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return fn()
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def time_steps(env: gym.Env, actions: np.ndarray, seed: int) -> float:
-    """Seconds per ``env.step`` over ``actions: (T, A)``, from ``reset(seed)``; resets excluded."""
-
-    def run() -> float:
-        env.reset(seed=seed)
-        total, start = 0.0, time.perf_counter()
-        for a in actions:
-            _, _, terminated, truncated, _ = env.step(a)
-            if terminated or truncated:
-                total += time.perf_counter() - start
-                env.reset()
-                start = time.perf_counter()
-        return total + time.perf_counter() - start
-
-    return _timed(run) / len(actions)
-
-
-def record_controls(env: gym.Env, actions: np.ndarray, seed: int) -> tuple[np.ndarray, list[bool], np.ndarray]:
-    """The set points the env applied ``(T, nu)``, where episodes ended, and the final ``qpos``."""
-    base = env.unwrapped
-    env.reset(seed=seed)
-    ctrls, ends = [], []
-    for a in actions:
-        _, _, terminated, truncated, _ = env.step(a)
-        ctrls.append(base.data.ctrl.copy())
-        ends.append(bool(terminated or truncated))
-        if ends[-1]:
-            env.reset()
-    return np.array(ctrls), ends, base.data.qpos.copy()
-
-
-def time_physics(env: gym.Env, ctrls: np.ndarray, ends: list[bool], seed: int) -> tuple[float, np.ndarray]:
-    """Seconds per ``mj_step(nstep=SUBSTEPS)`` replaying ``ctrls``, and the final ``qpos``."""
-    base = env.unwrapped
-    model, data = base.model, base.data
-    ctrl = data.ctrl
-
-    def run() -> float:
-        env.reset(seed=seed)
-        total, start = 0.0, time.perf_counter()
-        for c, end in zip(ctrls, ends, strict=True):
-            ctrl[:] = c
-            mujoco.mj_step(model, data, nstep=SUBSTEPS)
-            if end:
-                total += time.perf_counter() - start
-                env.reset()
-                start = time.perf_counter()
-        return total + time.perf_counter() - start
-
-    return _timed(run) / len(ctrls), data.qpos.copy()
-
-
-def time_calls(fn: Callable[[], Any], count: int) -> float:
-    """Seconds per call of ``fn``."""
-
-    def run() -> float:
-        start = time.perf_counter()
-        for _ in range(count):
-            fn()
-        return time.perf_counter() - start
-
-    return _timed(run) / count
-
-
 # ---------------------------------------------------------------------------------------- benchmark
-def _reduce(times: list[float], how: str) -> float:
-    return float(min(times) if how == "best" else np.median(times))
-
-
-def _actions(space: gym.spaces.Box, count: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return rng.uniform(space.low, space.high, size=(count, *space.shape)).astype(space.dtype)
-
-
 def measure(args: EnvsArgs) -> dict[str, Any]:
     """Every measurement, round-robin over configurations within each repeat."""
     import ecrl.envs  # noqa: F401  (registers ecrl/Push-v0)
 
     envs = {n: gym.make("ecrl/Push-v0", n_objects=n) for n in args.n_objects}
-    actions = {n: _actions(env.action_space, args.steps, args.seed) for n, env in envs.items()}
+    actions = {n: random_actions(env.action_space, args.steps, args.seed) for n, env in envs.items()}
     replays = {n: record_controls(env, actions[n], args.seed) for n, env in envs.items()}
     renders = {
         s: gym.make("ecrl/Push-v0", n_objects=args.render_n, render_mode="rgb_array", width=s, height=s)
@@ -180,7 +92,7 @@ def measure(args: EnvsArgs) -> dict[str, Any]:
 
         gym.register_envs(gymnasium_robotics)
         fetch = gym.make("FetchPush-v4")
-        fetch_actions = _actions(fetch.action_space, args.steps, args.seed)
+        fetch_actions = random_actions(fetch.action_space, args.steps, args.seed)
         time_steps(fetch, fetch_actions[:100], args.seed)  # warm-up (the env checker's first-step checks)
 
     times: dict[str, list[float]] = {}
@@ -208,7 +120,7 @@ def measure(args: EnvsArgs) -> dict[str, Any]:
 
     for env in [*envs.values(), *renders.values(), *([fetch] if fetch is not None else [])]:
         env.close()
-    t = {k: _reduce(v, args.reduce) for k, v in times.items()}
+    t = {k: reduce_times(v, args.reduce) for k, v in times.items()}
     push = []
     for n in args.n_objects:
         step, bare, physics = t[f"make/{n}"], t[f"unwrapped/{n}"], t[f"physics/{n}"]

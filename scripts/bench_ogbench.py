@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from ecrl.reporting import markdown_table, report_header
-from ecrl.scripts.bench_envs import _actions, _reduce, _timed
+from ecrl.timing import gc_paused, random_actions, reduce_times
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def time_interleaved(envs: dict[str, Any], actions: np.ndarray, seed: int) -> di
                 total[name] += time.perf_counter() - start
         return total
 
-    return {name: seconds / len(actions) for name, seconds in _timed(run).items()}
+    return {name: seconds / len(actions) for name, seconds in gc_paused(run).items()}
 
 
 def time_play(n: int, steps: int, seed: int) -> float:
@@ -116,7 +116,7 @@ def time_play(n: int, steps: int, seed: int) -> float:
             obs, *_ = env.step(action[0])
         return time.perf_counter() - start
 
-    seconds = _timed(run) / steps
+    seconds = gc_paused(run) / steps
     env.close()
     return seconds
 
@@ -132,12 +132,12 @@ def measure(args: OGBenchArgs) -> dict[str, Any]:
         own = gym.make(f"cube-{CUBE_ENV_TYPES[n]}-v0", disable_env_checker=True).unwrapped
         made = [gym.make("ecrl/OGBenchCube-v0", n_cubes=n, task_id=args.task_id) for _ in range(2)]
         envs = {"ogbench": _OnTask(own, args.task_id), "adapter": made[0].unwrapped, "adapter_make": made[1]}
-        actions = _actions(made[0].action_space, args.steps, args.seed)
+        actions = random_actions(made[0].action_space, args.steps, args.seed)
         times: dict[str, list[float]] = {k: [] for k in envs}
         for _ in range(args.repeats):
             for key, seconds in time_interleaved(envs, actions, args.seed).items():
                 times[key].append(seconds)
-        t = {k: _reduce(v, args.reduce) for k, v in times.items()}
+        t = {k: reduce_times(v, args.reduce) for k, v in times.items()}
         rows.append(
             {
                 "n_cubes": n,
@@ -157,7 +157,7 @@ def measure(args: OGBenchArgs) -> dict[str, Any]:
         for env in (own, *made):
             env.close()
     if args.play_steps:
-        seconds = _reduce(
+        seconds = reduce_times(
             [time_play(args.play_n, args.play_steps, args.seed) for _ in range(args.repeats)], args.reduce
         )
         play.append({"n_cubes": args.play_n, "steps": args.play_steps, "steps_per_s": 1 / seconds})

@@ -34,7 +34,7 @@ from ecrl.envs import MAX_OBJECTS
 from ecrl.envs.task import default_horizon
 from ecrl.policies.nets import NetConfig
 from ecrl.reporting import markdown_table, report_header
-from ecrl.scripts.bench_envs import time_calls
+from ecrl.timing import rollout_observations, time_calls
 
 _DEFAULT_NET = NetConfig()
 MODELS = ("mlp", "eit", "deepsets")
@@ -144,21 +144,6 @@ def _params(model) -> int:
     return sum(p.numel() for p in model.policy.actor.parameters()) + sum(
         p.numel() for p in model.policy.critic.parameters()
     )
-
-
-def rollout_observations(n_objects: int, count: int, seed: int) -> list[dict[str, np.ndarray]]:
-    """``count`` observations of a random-action rollout of ``ecrl/Push-v0`` with ``n_objects`` objects."""
-    env = gym.make("ecrl/Push-v0", n_objects=n_objects)
-    env.action_space.seed(seed)
-    obs, _ = env.reset(seed=seed)
-    out = []
-    for _ in range(count):
-        out.append(obs)
-        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
-        if terminated or truncated:
-            obs, _ = env.reset()
-    env.close()
-    return out
 
 
 def latency_actors(models: dict[str, Any], args: PoliciesArgs) -> dict[str, torch.nn.Module]:

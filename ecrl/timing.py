@@ -1,0 +1,141 @@
+"""Measuring speed: timers for calls, env steps and raw physics, shared by the ``ecrl-bench`` benchmarks.
+
+Every timer runs its loop with the garbage collector paused (:func:`gc_paused`), so that a collection
+triggered by an earlier allocation does not land in one measurement and not another; repeats are then
+reduced with :func:`reduce_times` (``best``: the least disturbed run on a shared machine, or ``median``).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+from ecrl.envs.scene import SUBSTEPS
+
+__all__ = [
+    "gc_paused",
+    "random_actions",
+    "record_controls",
+    "reduce_times",
+    "rollout_observations",
+    "time_calls",
+    "time_physics",
+    "time_steps",
+]
+
+
+T = TypeVar("T")
+
+
+def gc_paused(fn: Callable[[], T]) -> T:
+    """What ``fn`` returns (the seconds it wants counted, or a dict of them), run with the garbage collector paused."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return fn()
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def reduce_times(times: Sequence[float], how: Literal["best", "median"]) -> float:
+    """One number for repeated measurements: the smallest (``best``) or the median."""
+    if how not in ("best", "median"):
+        raise ValueError(f"how must be 'best' or 'median', got {how!r}")
+    if not len(times):
+        raise ValueError("no measurements to reduce")
+    return float(min(times) if how == "best" else np.median(times))
+
+
+def random_actions(space: gym.spaces.Box, count: int, seed: int) -> np.ndarray:
+    """``(count, *space.shape)`` actions drawn uniformly from ``space``, the same for the same ``seed``."""
+    rng = np.random.default_rng(seed)
+    return rng.uniform(space.low, space.high, size=(count, *space.shape)).astype(space.dtype)
+
+
+def time_calls(fn: Callable[[], Any], count: int) -> float:
+    """Seconds per call of ``fn`` over ``count`` calls."""
+
+    def run() -> float:
+        start = time.perf_counter()
+        for _ in range(count):
+            fn()
+        return time.perf_counter() - start
+
+    return gc_paused(run) / count
+
+
+def time_steps(env: gym.Env, actions: np.ndarray, seed: int) -> float:
+    """Seconds per ``env.step`` over ``actions: (T, A)``, from ``reset(seed)``; resets excluded."""
+
+    def run() -> float:
+        env.reset(seed=seed)
+        total, start = 0.0, time.perf_counter()
+        for a in actions:
+            _, _, terminated, truncated, _ = env.step(a)
+            if terminated or truncated:
+                total += time.perf_counter() - start
+                env.reset()
+                start = time.perf_counter()
+        return total + time.perf_counter() - start
+
+    return gc_paused(run) / len(actions)
+
+
+def record_controls(env: gym.Env, actions: np.ndarray, seed: int) -> tuple[np.ndarray, list[bool], np.ndarray]:
+    """The set points a MuJoCo env applied ``(T, nu)`` for ``actions``, where episodes ended, and the final ``qpos``."""
+    base = env.unwrapped
+    env.reset(seed=seed)
+    ctrls, ends = [], []
+    for a in actions:
+        _, _, terminated, truncated, _ = env.step(a)
+        ctrls.append(base.data.ctrl.copy())
+        ends.append(bool(terminated or truncated))
+        if ends[-1]:
+            env.reset()
+    return np.array(ctrls), ends, base.data.qpos.copy()
+
+
+def time_physics(env: gym.Env, ctrls: np.ndarray, ends: Sequence[bool], seed: int) -> tuple[float, np.ndarray]:
+    """Seconds per ``mj_step(nstep=SUBSTEPS)`` replaying :func:`record_controls`' ``ctrls`` on the env's own
+    model (the physics floor of an env step), and the final ``qpos`` (equal to the env's: same physics)."""
+    base = env.unwrapped
+    model, data = base.model, base.data
+    ctrl = data.ctrl
+
+    def run() -> float:
+        env.reset(seed=seed)
+        total, start = 0.0, time.perf_counter()
+        for c, end in zip(ctrls, ends, strict=True):
+            ctrl[:] = c
+            mujoco.mj_step(model, data, nstep=SUBSTEPS)
+            if end:
+                total += time.perf_counter() - start
+                env.reset()
+                start = time.perf_counter()
+        return total + time.perf_counter() - start
+
+    return gc_paused(run) / len(ctrls), data.qpos.copy()
+
+
+def rollout_observations(n_objects: int, count: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """``count`` observations of a random-action rollout of ``ecrl/Push-v0`` with ``n_objects`` objects."""
+    import ecrl.envs  # noqa: F401  (registers ecrl/Push-v0)
+
+    env = gym.make("ecrl/Push-v0", n_objects=n_objects)
+    env.action_space.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    out = []
+    for _ in range(count):
+        out.append(obs)
+        obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            obs, _ = env.reset()
+    env.close()
+    return out
