@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from ecrl.dataset_format import ACTION_DIM, DatasetError, DatasetWriter, Episode
 from ecrl.envs import ogbench as ogb
+from ecrl.envs import ogbench_data
 from ecrl.envs.scene import CAMERAS, MAIN_CAMERAS
 from ecrl.evaluation import EVAL_SEED, check_settings, describe
 from ecrl.reporting import provenance
@@ -225,7 +226,7 @@ def _episode(
     achieved = np.stack([o["achieved_goal"][:n] for o in states])
     action, reward, is_success, random = (list(x) for x in zip(*steps, strict=True)) if steps else ([], [], [], [])
     if getattr(env, "mode", None) == "play":  # OGBench play: the episode's end is its goal
-        desired, reward, is_success = ogb.hindsight_goals(achieved)
+        desired, reward, is_success = ogbench_data.hindsight_goals(achieved)
         success = bool(is_success[-1]) if len(is_success) else True
     else:
         desired = states[0]["desired_goal"][:n]
@@ -373,7 +374,7 @@ def import_ogbench_dataset(
 ) -> CollectResult:
     """Convert an OGBench cube dataset file (e.g. ``cube-double-play-v0.npz``) into a dataset at ``path``.
 
-    The file is read by :func:`ecrl.envs.ogbench.load_ogbench_episodes` (entity rows, hindsight
+    The file is read by :func:`ecrl.envs.ogbench_data.load_ogbench_episodes` (entity rows, hindsight
     goals); its episodes are written like collected ones (seed -1: they have no reset seed).
 
     Raises:
@@ -381,7 +382,7 @@ def import_ogbench_dataset(
         DatasetError: as for :func:`collect_dataset` (an existing dataset without ``append``, …).
     """
     started = time.perf_counter()
-    episodes = ogb.load_ogbench_episodes(source, n_cubes)
+    episodes = ogbench_data.load_ogbench_episodes(source, n_cubes)
     n = episodes[0]["task"].n_cubes if episodes else ogb.check_n_cubes(n_cubes or 2)
     writer = DatasetWriter(Path(path), append, shard_episodes, ogb.ACTION_DIM)
     config = CollectConfig(env="ogbench-cube", play=True, n_objects=(n,), episodes=max(len(episodes), 1))

@@ -18,14 +18,13 @@ from ecrl.envs import OGBENCH_IDS
 from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_FIELDS, GOAL_FIELDS
 from ecrl.envs.ogbench import (
     CUBE_ENV_TYPES,
-    CUBE_RGB,
     EPISODE_STEPS,
     TABLE_CENTRE,
     CubePlayOracle,
     OGBenchCubeTask,
     import_ogbench,
-    load_ogbench_episodes,
 )
+from ecrl.envs.ogbench_data import CUBE_RGB, load_ogbench_episodes
 from ecrl.scripts import collect
 
 needs_ogbench = pytest.mark.skipif(
