@@ -5,8 +5,8 @@ periodic evaluations, checkpoints every `--checkpoint-every` steps, the final po
 evaluation on more objects than trained (`eval/`, like `ecrl-eval`).
 
 Examples:
-    # EIT + SAC + HER on 1 object (the README's main job)
-    ecrl-train --n-objects 1 --steps 60000
+    # the recipe of results/rl_push1 (the defaults): EIT + TD3 + HER on 1 object, expert demos, BC, DAgger
+    ecrl-train --n-objects 1
 
     # 2 objects, trained on the colour x shape split's train part, expert-seeded replay + BC term
     ecrl-train --n-objects 2 --split colour_shape --demos 200 --bc-steps 2000 --bc-weight 1 --steps 200000

@@ -7,6 +7,10 @@ and `ecrl-eval` use like any policy. At the end it is evaluated on more objects 
 (`<run>/eval/`, like `ecrl-eval`).
 
 Examples:
+    # the README's main job (results/diffusion_push2): 2 objects, 45k steps, evaluated on 1-6 objects
+    ecrl-collect --out data/push2 --n-objects 2 --episodes 1000
+    ecrl-train-diffusion --dataset data/push2 --steps 45000 --eval-every 15000 --final-eval-objects 1 2 3 4 6
+
     # expert demonstrations of push with 3 objects, then the planner
     ecrl-collect --out data/push3 --n-objects 3 --episodes 1000
     ecrl-train-diffusion --dataset data/push3

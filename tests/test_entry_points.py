@@ -51,7 +51,7 @@ def test_ecrl_collect_writes_a_dataset(dataset):
 
 
 def test_ecrl_train_with_the_defaults_code_paths(work):
-    """The main job's path: demos, BC, DAgger, RL with SB3's progress bar, periodic and final evaluation."""
+    """The defaults' path: demos, BC, DAgger, RL with SB3's progress bar, periodic and final evaluation."""
     output = run_cli(
         "ecrl-train",
         *("--steps", "60", "--net.width", "8", "--batch-size", "16", "--demos", "2", "--bc-steps", "3"),
@@ -79,19 +79,10 @@ def test_ecrl_eval_on_a_trained_run(work):
 def test_ecrl_train_diffusion_then_eval(work, dataset):
     run_cli(
         "ecrl-train-diffusion",
-        *(
-            "--dataset",
-            str(dataset),
-            "--steps",
-            "4",
-            "--batch-size",
-            "4",
-            "--denoiser.width",
-            "8",
-            "--denoiser.heads",
-            "1",
-        ),
-        *("--eval-every", "0", "--final-eval-objects", "1", "--final-eval-episodes", "1", "--sampling-steps", "2"),
+        *("--dataset", str(dataset), "--steps", "4", "--batch-size", "4"),
+        *("--denoiser.width", "8", "--denoiser.heads", "1"),
+        *("--eval-every", "2", "--eval-episodes", "1", "--eval-objects", "1"),  # periodic evaluation, as the main job
+        *("--final-eval-objects", "1", "--final-eval-episodes", "1", "--sampling-steps", "2"),
         *("--runs-dir", "runs", "--name", "diff", "--threads", "1"),
         cwd=work,
     )
