@@ -172,11 +172,11 @@ class DenoiserConfig:
             planned) and, at step 0, its static context (:func:`generic_rows`).
     """
 
-    width: int = 64
-    heads: int = 4
-    blocks: int = 3
+    width: int = 32
+    heads: int = 2
+    blocks: int = 2
     mlp_ratio: int = 2
-    horizon: int = 16
+    horizon: int = 4
     action_dim: int = 2
     diffusion_steps: int = 100
     noise_schedule: str = "cosine"

@@ -1,7 +1,7 @@
 """Training a diffusion planner on a demonstration dataset (``ecrl-train-diffusion``).
 
 Two planners: ``flat`` (:class:`~ecrl.diffusion.planner.DiffusionPlanner`, one denoiser over
-``horizon``-step windows) and ``hierarchical`` (:class:`~ecrl.diffusion.hierarchical.HierarchicalPlanner`:
+``denoiser.horizon``-step windows) and ``hierarchical`` (:class:`~ecrl.diffusion.hierarchical.HierarchicalPlanner`:
 a subgoal denoiser over ``subgoal_horizon`` states ``subgoal_every`` steps apart and a segment
 denoiser over ``subgoal_every``-step windows whose last state is given). The hierarchical run trains
 both in one loop: every gradient step draws one batch for each level, sums the two losses, clips
@@ -64,22 +64,14 @@ class DiffusionTrainConfig(RunOptions):
     """flat: one denoiser over horizon-step plans; hierarchical: subgoals every subgoal_every steps over dense segments."""
     encoder: Path | None = None
     """Plan from pixels: a frozen encoder (``ecrl-train-encoder`` run or checkpoint) whose entities of the dataset's camera frames replace the state entities (needs a pixel dataset; flat planner)."""
-    width: int = 32
-    """Token width of the denoiser."""
-    heads: int = 2
-    """Attention heads."""
-    blocks: int = 2
-    """Transformer blocks."""
-    mlp_ratio: int = 2
-    """Hidden width of the blocks' MLPs as a multiple of ``width``."""
+    denoiser: DenoiserConfig = field(default_factory=DenoiserConfig)
+    """The denoiser: its size, its noise schedule and (flat planner) its ``horizon``, the plan length in env
+    steps. The hierarchical planner's two denoisers have this size with horizons ``subgoal_horizon``
+    (high) and ``subgoal_every`` (low); ``entity_dim`` comes from ``--encoder``."""
     goal_dropout: float = 0.15
     """Fraction of training windows without their goal (flat planner), for classifier-free guidance."""
     guidance: float = 2.0
     """Classifier-free guidance weight on the goal when the flat planner acts (needs ``goal_dropout`` > 0 if not 1)."""
-    horizon: int = 4
-    """Plan length in env steps (actions per plan) of the flat planner (the hierarchical one's segments are subgoal_every long)."""
-    diffusion_steps: int = 100
-    """Noise levels of the DDPM forward process."""
     sampling_steps: int = 5
     """DDIM steps (denoiser calls) per plan when acting (hierarchical: per segment)."""
     replan_every: int = 1
@@ -129,17 +121,22 @@ class DiffusionTrainConfig(RunOptions):
 
     def __post_init__(self) -> None:
         problems = []
-        for name in ("steps", "batch_size", "horizon", "sampling_steps", "replan_every", "eval_episodes"):
+        for name in ("steps", "batch_size", "sampling_steps", "replan_every", "eval_episodes"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        horizon, diffusion_steps = self.denoiser.horizon, self.denoiser.diffusion_steps
         if self.planner not in ("flat", "hierarchical"):
             problems.append(f"planner must be 'flat' or 'hierarchical', got {self.planner!r}")
-        elif self.planner == "flat" and self.replan_every > self.horizon:
-            problems.append(f"replan_every ({self.replan_every}) must not exceed horizon ({self.horizon})")
+        elif self.planner == "flat" and self.replan_every > horizon:
+            problems.append(f"replan_every ({self.replan_every}) must not exceed denoiser.horizon ({horizon})")
         elif self.planner == "hierarchical":
             problems += self._hierarchical_problems()
-        if self.sampling_steps > self.diffusion_steps:
-            problems.append(f"sampling_steps ({self.sampling_steps}) exceeds diffusion_steps ({self.diffusion_steps})")
+        if self.sampling_steps > diffusion_steps:
+            problems.append(
+                f"sampling_steps ({self.sampling_steps}) exceeds denoiser.diffusion_steps ({diffusion_steps})"
+            )
+        if self.denoiser.entity_dim:
+            problems.append("denoiser.entity_dim is set by the encoder (--encoder), not by hand")
         if not 0 <= self.goal_dropout < 1:
             problems.append(f"goal_dropout must be in [0, 1), got {self.goal_dropout}")
         if self.guidance != 1.0 and self.goal_dropout == 0:
@@ -164,9 +161,10 @@ class DiffusionTrainConfig(RunOptions):
         ]
         if self.replan_every > k:
             problems.append(f"replan_every ({self.replan_every}) must not exceed subgoal_every ({k})")
-        if self.subgoal_sampling_steps > self.diffusion_steps:
+        if self.subgoal_sampling_steps > self.denoiser.diffusion_steps:
             problems.append(
-                f"subgoal_sampling_steps ({self.subgoal_sampling_steps}) exceeds diffusion_steps ({self.diffusion_steps})"
+                f"subgoal_sampling_steps ({self.subgoal_sampling_steps}) exceeds "
+                f"denoiser.diffusion_steps ({self.denoiser.diffusion_steps})"
             )
         every = self.subgoal_replan_every
         if every is not None and not 1 <= every <= k * (hh - 1) + 1:
@@ -175,31 +173,15 @@ class DiffusionTrainConfig(RunOptions):
             problems.append(f"subgoal_action_weight must be >= 0, got {self.subgoal_action_weight}")
         return problems
 
-    def denoiser_config(self, horizon: int) -> DenoiserConfig:
-        """This run's denoiser size with a plan of ``horizon`` steps."""
-        return DenoiserConfig(
-            width=self.width,
-            heads=self.heads,
-            blocks=self.blocks,
-            mlp_ratio=self.mlp_ratio,
-            horizon=horizon,
-            diffusion_steps=self.diffusion_steps,
-        )
-
-    @property
-    def denoiser(self) -> DenoiserConfig:
-        """The flat planner's denoiser."""
-        return self.denoiser_config(self.horizon)
-
     @property
     def subgoal_denoiser(self) -> DenoiserConfig:
         """The hierarchical planner's high level: ``subgoal_horizon`` jumps."""
-        return self.denoiser_config(self.subgoal_horizon)
+        return replace(self.denoiser, horizon=self.subgoal_horizon)
 
     @property
     def segment_denoiser(self) -> DenoiserConfig:
         """The hierarchical planner's low level: ``subgoal_every`` steps, the last one given."""
-        return self.denoiser_config(self.subgoal_every)
+        return replace(self.denoiser, horizon=self.subgoal_every)
 
     def make_planner(self, entity_dim: int = 0) -> DiffusionPlanner | HierarchicalPlanner:
         """A fresh (untrained) planner of this run's kind and size (``entity_dim``: generic rows, see :class:`DenoiserConfig`)."""
@@ -336,7 +318,7 @@ class _Trainer:
             return {k: torch.as_tensor(np.ascontiguousarray(v), device=self.device) for k, v in batch.items()}
 
         if config.planner == "flat":
-            batch = tensors(dataset.sample_windows(config.batch_size, config.horizon, rng))
+            batch = tensors(dataset.sample_windows(config.batch_size, config.denoiser.horizon, rng))
             return {
                 "": loss(self.models[""], batch, self.generator, config.action_weight, goal_dropout=config.goal_dropout)
             }
@@ -454,7 +436,7 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
         "replan_every": config.replan_every,
     }
     if config.planner == "flat":
-        meta["horizon"] = config.horizon
+        meta["horizon"] = config.denoiser.horizon
     else:
         meta |= {
             "subgoal_every": config.subgoal_every,

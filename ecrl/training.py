@@ -10,7 +10,7 @@ import math
 import time
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -168,20 +168,49 @@ class RunOptions:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Any:
-        """Inverse of :meth:`to_json`; unknown keys are an error, missing ones take their defaults."""
-        data = drop_retired(cls, data)
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} keys {sorted(unknown)}")
-        hints = typing.get_type_hints(cls)
-        out = dict(data)
-        for key, value in data.items():
-            if value is None:
-                continue
-            hint = str(hints[key])
-            if "Path" in hint:
-                out[key] = Path(value)
-            elif hint.startswith("tuple"):
-                out[key] = tuple(value)
-        return cls(**out)
+        """Inverse of :meth:`to_json`; unknown keys are an error, missing ones take their defaults.
+
+        A model config nested in the training config (e.g. ``net``, ``denoiser``) was once a set of flat
+        fields of the training config: a ``config.json`` saved then (``{"width": 32, ...}``) reads into
+        the nested config (``{"net": {"width": 32, ...}}``).
+        """
+        return _dataclass_from_json(cls, _nest_flat_fields(cls, drop_retired(cls, data)))
+
+
+def _nested_fields(cls: type) -> dict[str, type]:
+    """The fields of the dataclass ``cls`` that are dataclasses themselves, with their classes."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in fields(cls) if is_dataclass(hints[f.name])}
+
+
+def _nest_flat_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` saved for the training config ``cls`` with each flat field of a now nested model config
+    moved into it: the one place where configs saved before the nesting are read."""
+    out = dict(data)
+    top = {f.name for f in fields(cls)}
+    for name, nested in _nested_fields(cls).items():
+        moved = {f.name: out.pop(f.name) for f in fields(nested) if f.name in out and f.name not in top}
+        if moved:
+            out[name] = {**moved, **out.get(name, {})}
+    return out
+
+
+def _dataclass_from_json(cls: type, data: Mapping[str, Any]) -> Any:
+    """The dataclass ``cls`` from JSON values (paths, tuples and nested dataclasses restored)."""
+    known = {f.name for f in fields(cls)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} keys {sorted(unknown)}")
+    hints = typing.get_type_hints(cls)
+    out = dict(data)
+    for key, value in data.items():
+        if value is None:
+            continue
+        hint = hints[key]
+        if is_dataclass(hint):
+            out[key] = _dataclass_from_json(hint, drop_retired(hint, value))
+        elif "Path" in str(hint):
+            out[key] = Path(value)
+        elif str(hint).startswith("tuple"):
+            out[key] = tuple(value)
+    return cls(**out)

@@ -23,7 +23,7 @@ import json
 import shutil
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -53,6 +53,7 @@ from ecrl.policies.demos import (
     dagger,
     pretrain_actor,
 )
+from ecrl.policies.nets import NetConfig
 from ecrl.policies.sb3 import ENTITY_POLICIES
 from ecrl.training import RunOptions, close_run, open_run, start_run
 
@@ -87,14 +88,8 @@ class TrainConfig(RunOptions):
     """RL algorithm (SB3 SAC/TD3, sb3-contrib TQC), always with HER."""
     arch: Literal["eit", "deepsets", "mlp"] = "eit"
     """Actor/critic: Entity Interaction Transformer, DeepSets, or SB3's flat MLP (fixed N)."""
-    width: int = 32
-    """Token width of the entity-centric networks."""
-    heads: int = 1
-    """Attention heads (EIT)."""
-    blocks: int = 1
-    """Self-attention blocks before and after the cross-attention to goals (EIT)."""
-    mlp_ratio: int = 2
-    """Hidden width of the blocks' MLPs as a multiple of ``width``."""
+    net: NetConfig = field(default_factory=NetConfig)
+    """Size of the entity-centric actor and critics (``eit``/``deepsets``; its ``arch`` follows ``--arch``)."""
     net_arch: tuple[int, ...] = (256, 256)
     """Hidden layers of the flat MLP baseline (SB3's default for SAC)."""
     steps: int = 30_000
@@ -158,6 +153,13 @@ class TrainConfig(RunOptions):
 
     def __post_init__(self) -> None:
         problems = []
+        if self.arch != "mlp" and self.net.arch != self.arch:
+            # The network's architecture is chosen by --arch (which also offers the flat MLP); a net
+            # config left at its default follows it, one that names another architecture contradicts it.
+            if self.net.arch != NetConfig.arch:
+                problems.append(f"net.arch ({self.net.arch!r}) differs from arch ({self.arch!r}): set --arch only")
+            else:
+                self.net = replace(self.net, arch=self.arch)
         if self.n_objects < 1:
             problems.append(f"n_objects must be >= 1, got {self.n_objects}")
         if self.steps < 1:
@@ -242,8 +244,7 @@ def build_model(config: TrainConfig, env) -> SAC | TD3 | TQC:
         kwargs["policy_kwargs"] = {"net_arch": list(config.net_arch)}
     else:
         policy = ENTITY_POLICIES[config.algo]
-        net = {"arch": config.arch, "width": config.width, "heads": config.heads, "blocks": config.blocks}
-        kwargs["policy_kwargs"] = {"net": dict(net, mlp_ratio=config.mlp_ratio)}
+        kwargs["policy_kwargs"] = {"net": asdict(config.net)}
     return algo_cls(policy, env, **kwargs)
 
 

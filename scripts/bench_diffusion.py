@@ -68,15 +68,15 @@ class DiffusionArgs:
     """Timed batch-1 denoiser calls per (N, horizon), in `repeats` turns."""
     repeats: int = 10
     """Turns: within each, every (N, setting) runs `steps / repeats` steps, then the next."""
-    width: int = _TRAIN.width
+    width: int = _TRAIN.denoiser.width
     """Denoiser token width (default: ecrl-train-diffusion's; a checkpoint brings its own)."""
-    heads: int = _TRAIN.heads
+    heads: int = _TRAIN.denoiser.heads
     """Denoiser attention heads."""
-    blocks: int = _TRAIN.blocks
+    blocks: int = _TRAIN.denoiser.blocks
     """Denoiser transformer blocks."""
-    mlp_ratio: int = _TRAIN.mlp_ratio
+    mlp_ratio: int = _TRAIN.denoiser.mlp_ratio
     """Hidden width of the blocks' MLPs, as a multiple of `width`."""
-    diffusion_steps: int = _TRAIN.diffusion_steps
+    diffusion_steps: int = _TRAIN.denoiser.diffusion_steps
     """Noise levels of the DDPM (bounds sampling_steps)."""
     guidance: float = _TRAIN.guidance
     """Classifier-free guidance weight (not 1: two denoiser passes per call, in one batch); a checkpoint keeps its own."""
@@ -132,7 +132,7 @@ class DiffusionArgs:
     def denoiser_config(self, horizon: int) -> DenoiserConfig:
         """The training recipe's denoiser with this benchmark's size."""
         sizes = ("width", "heads", "blocks", "mlp_ratio", "diffusion_steps")
-        return replace(_TRAIN, **{k: getattr(self, k) for k in sizes}).denoiser_config(horizon)
+        return replace(_TRAIN.denoiser, horizon=horizon, **{k: getattr(self, k) for k in sizes})
 
 
 # ---------------------------------------------------------------------------------------- helpers

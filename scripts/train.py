@@ -11,6 +11,9 @@ Examples:
     # 2 objects, trained on the colour x shape split's train part, expert-seeded replay + BC term
     ecrl-train --n-objects 2 --split colour_shape --demos 200 --bc-steps 2000 --bc-weight 1 --steps 200000
 
+    # a larger EIT (the model's size is the nested --net config)
+    ecrl-train --n-objects 2 --net.width 64 --net.heads 4 --net.blocks 2 --steps 200000
+
     # SB3's flat MLP baseline with the same budget
     ecrl-train --n-objects 1 --arch mlp --steps 60000
 

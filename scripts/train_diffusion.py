@@ -16,7 +16,7 @@ Examples:
     ecrl-train-diffusion --dataset data/push3
 
     # a longer plan, re-planned every 2 steps with 10 DDIM steps
-    ecrl-train-diffusion --dataset data/push3 --horizon 16 --replan-every 2 --sampling-steps 10
+    ecrl-train-diffusion --dataset data/push3 --denoiser.horizon 16 --replan-every 2 --sampling-steps 10
 
     # hierarchical: subgoals every 8 steps, 8 of them per high-level plan (64 env steps ahead),
     # a dense 8-step segment to the next subgoal re-planned every step

@@ -1,18 +1,16 @@
 """Shared pieces of the diffusion training tests: a tiny training config on a tiny dataset."""
 
 import json
+from dataclasses import replace
 
 import gymnasium as gym
 import numpy as np
 
+from ecrl.diffusion.denoiser import DenoiserConfig
 from ecrl.diffusion.train import DiffusionTrainConfig, train
 
+TINY_DENOISER = DenoiserConfig(width=16, heads=2, blocks=1, horizon=4, diffusion_steps=20)
 TINY_TRAINING = {
-    "width": 16,
-    "heads": 2,
-    "blocks": 1,
-    "horizon": 4,
-    "diffusion_steps": 20,
     "sampling_steps": 2,
     "steps": 4,
     "batch_size": 8,
@@ -26,9 +24,11 @@ TINY_TRAINING = {
 }
 
 
-def tiny_train_config(dataset, runs, **kwargs) -> DiffusionTrainConfig:
-    """A training config that runs in about a second on ``dataset``, writing ``runs/tiny``."""
-    return DiffusionTrainConfig(**{**TINY_TRAINING, "dataset": dataset, "runs_dir": runs, **kwargs})
+def tiny_train_config(dataset, runs, denoiser: dict | None = None, **kwargs) -> DiffusionTrainConfig:
+    """A training config that runs in about a second on ``dataset``, writing ``runs/tiny``; ``denoiser``
+    changes fields of the tiny denoiser."""
+    tiny = replace(TINY_DENOISER, **(denoiser or {}))
+    return DiffusionTrainConfig(**{**TINY_TRAINING, "denoiser": tiny, "dataset": dataset, "runs_dir": runs, **kwargs})
 
 
 def resume_to_six_steps(config, run, train_fn=train) -> None:

@@ -111,7 +111,7 @@ def test_training_writes_the_run_directory_and_resume_continues(push1_demos, tmp
     assert rollout(policy, 3, 2).shape == (2, 2)
 
     # A larger budget on resume extends the run from its checkpoint; the rest of the config is the run's own.
-    resume_to_six_steps(tiny_config(push1_demos, tmp_path, steps=6, width=999), run)
+    resume_to_six_steps(tiny_config(push1_demos, tmp_path, steps=6, denoiser={"width": 998}), run)
     assert ecrl.load(run).module.denoiser.config.width == 16
 
 
@@ -192,10 +192,11 @@ def test_init_from_starts_from_a_saved_planner_of_the_same_size(push1_demos, tmp
     for name, value in trainer.emas[""].model.state_dict().items():  # the EMA starts there too
         assert torch.equal(value, weights[f"denoiser.{name}"]), name
     with pytest.raises(ValueError, match=r"denoiser differs.*'width': \(16, 8\)"):
-        _Trainer(tiny_config(push1_demos, tmp_path, init_from=saved, width=8), torch.device("cpu"))
+        _Trainer(tiny_config(push1_demos, tmp_path, init_from=saved, denoiser={"width": 8}), torch.device("cpu"))
     with pytest.raises(ValueError, match=r"\(high level\).*'width': \(16, 8\)"):
         _Trainer(
-            tiny_config(push1_demos, tmp_path, init_from=saved, planner="hierarchical", width=8), torch.device("cpu")
+            tiny_config(push1_demos, tmp_path, init_from=saved, planner="hierarchical", denoiser={"width": 8}),
+            torch.device("cpu"),
         )
 
 

@@ -54,7 +54,7 @@ def test_ecrl_train_with_the_defaults_code_paths(work):
     """The defaults' path: demos, BC, DAgger, RL with SB3's progress bar, periodic and final evaluation."""
     output = run_cli(
         "ecrl-train",
-        *("--steps", "60", "--width", "8", "--batch-size", "16", "--demos", "2", "--bc-steps", "3"),
+        *("--steps", "60", "--net.width", "8", "--batch-size", "16", "--demos", "2", "--bc-steps", "3"),
         *("--dagger-iterations", "1", "--dagger-episodes", "1", "--dagger-steps", "3", "--actor-warmup", "20"),
         *("--eval-every", "30", "--eval-episodes", "1", "--checkpoint-every", "30"),
         *("--final-eval-objects", "1", "2", "--final-eval-episodes", "1", "--runs-dir", "runs", "--name", "smoke"),
@@ -79,7 +79,8 @@ def test_ecrl_eval_on_a_trained_run(work):
 def test_ecrl_train_diffusion_then_eval(work, dataset):
     run_cli(
         "ecrl-train-diffusion",
-        *("--dataset", str(dataset), "--steps", "4", "--batch-size", "4", "--width", "8", "--heads", "1"),
+        *("--dataset", str(dataset), "--steps", "4", "--batch-size", "4"),
+        *("--denoiser.width", "8", "--denoiser.heads", "1"),
         *("--eval-every", "2", "--eval-episodes", "1", "--eval-objects", "1"),  # periodic evaluation, as the main job
         *("--final-eval-objects", "1", "--final-eval-episodes", "1", "--sampling-steps", "2"),
         *("--runs-dir", "runs", "--name", "diff", "--threads", "1"),

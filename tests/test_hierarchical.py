@@ -244,7 +244,7 @@ def test_hierarchical_training_writes_the_run_directory_and_resume_continues(pus
     assert policy.meta["arch"] == "hierarchical_diffusion" and policy.meta["subgoal_horizon"] == HH
     assert rollout(policy, 3, 2).shape == (2, 2)
 
-    resume_to_six_steps(tiny_config(push1_demos, tmp_path, steps=6, width=999), run)
+    resume_to_six_steps(tiny_config(push1_demos, tmp_path, steps=6, denoiser={"width": 998}), run)
     assert ecrl.load(run).module.low.config.width == 16
 
 

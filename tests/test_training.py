@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 import ecrl
+from ecrl.policies.nets import NetConfig
 from ecrl.policies.train import TrainConfig, build_model, load_checkpoint, train
 from ecrl.scripts.train import main
 
@@ -16,8 +17,7 @@ def tiny(tmp_path, **kw) -> TrainConfig:
     base = dict(
         n_objects=1,
         steps=400,
-        width=8,
-        heads=1,
+        net=NetConfig(width=8, heads=1),
         batch_size=16,
         eval_every=0,
         checkpoint_every=200,
@@ -53,7 +53,7 @@ def test_run_directory_checkpoint_and_resume(tmp_path):
 
     # Resume the finished run with a larger --steps: it extends, and the step counter continues from 400.
     before = ecrl.load(latest)
-    resumed = train(tiny(tmp_path, steps=600, width=64), resume=run)  # the run's own width stays
+    resumed = train(tiny(tmp_path, steps=600, net=NetConfig(width=64)), resume=run)  # the run's own width stays
     assert resumed.env_steps == 600
     assert json.loads((run / "checkpoints" / "latest" / "training.json").read_text())["num_timesteps"] == 600
     assert json.loads((run / "config.json").read_text())["steps"] == 400  # the run's config file stays as started
