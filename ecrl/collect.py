@@ -248,6 +248,23 @@ def _episode(
     )
 
 
+def _collection_record(
+    config: dict[str, Any], source: Mapping[str, Any], command: str, seeds: list[int]
+) -> dict[str, Any]:
+    """The ``meta.json`` record of one collection as it starts: nothing kept yet, not complete."""
+    return {
+        "config": config,
+        **source,
+        "command": command,
+        "seeds": seeds,
+        "kept": 0,
+        "dropped": 0,
+        "shards": [],
+        "complete": False,
+        "provenance": provenance(),
+    }
+
+
 def collect_dataset(
     path: str | Path,
     config: CollectConfig | None = None,
@@ -304,17 +321,7 @@ def collect_dataset(
     source = {"source": "ogbench_play_oracle" if config.play else "scripted_expert"}
     if policy is not None:
         source = {"source": "policy", **describe(policy), **dict(policy_info or {})}
-    record: dict[str, Any] = {
-        "config": {**asdict(config), "seed": seed},
-        **source,
-        "command": command,
-        "seeds": [seed, seed + total],
-        "kept": 0,
-        "dropped": 0,
-        "shards": [],
-        "complete": False,
-        "provenance": provenance(),
-    }
+    record = _collection_record({**asdict(config), "seed": seed}, source, command, [seed, seed + total])
     writer.start(record)
     actor = _Collecting(
         ogb.CubePlayOracle() if config.play else ExpertPolicy() if policy is None else policy, config.random_actions
@@ -388,18 +395,8 @@ def import_ogbench_dataset(
     config = CollectConfig(env="ogbench-cube", play=True, n_objects=(n,), episodes=max(len(episodes), 1))
     config.shard_episodes, config.progress = shard_episodes, False
     next_seed = writer.meta["next_seed"]
-    record: dict[str, Any] = {
-        "config": asdict(config),
-        "source": "ogbench_file",
-        "file": str(source),
-        "command": command,
-        "seeds": [next_seed, next_seed],
-        "kept": 0,
-        "dropped": 0,
-        "shards": [],
-        "complete": False,
-        "provenance": provenance(),
-    }
+    origin = {"source": "ogbench_file", "file": str(source)}
+    record = _collection_record(asdict(config), origin, command, [next_seed, next_seed])
     writer.start(record)
     for e in episodes:
         steps = len(e["action"])
