@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-import warnings
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -54,6 +53,7 @@ from ecrl.policies.demos import (
     pretrain_actor,
 )
 from ecrl.policies.nets import NetConfig
+from ecrl.policies.replay import load_replay, save_replay
 from ecrl.policies.sb3 import ENTITY_POLICIES
 from ecrl.training import RunOptions, close_run, open_run, start_run
 
@@ -295,40 +295,6 @@ def _load_training_state(model, tensors: dict[str, torch.Tensor], meta: dict[str
     model._episode_num = int(meta["episode_num"])
 
 
-_BUFFER_ARRAYS = ("actions", "rewards", "dones", "timeouts", "ep_start", "ep_length")
-
-
-def _save_replay(buffer: HerReplayBuffer, path: Path) -> None:
-    end = buffer.buffer_size if buffer.full else buffer.pos
-    arrays = {name: getattr(buffer, name)[:end] for name in _BUFFER_ARRAYS}
-    for key in buffer.observations:
-        arrays[f"obs.{key}"] = buffer.observations[key][:end]
-        arrays[f"next_obs.{key}"] = buffer.next_observations[key][:end]
-    arrays["_current_ep_start"] = buffer._current_ep_start
-    arrays["_pos_full"] = np.array([buffer.pos, int(buffer.full)])
-    with open(path, "wb") as f:
-        np.savez(f, **arrays)
-
-
-def _load_replay(buffer: HerReplayBuffer, path: Path) -> None:
-    with np.load(path, allow_pickle=False) as data:
-        end = len(data["actions"])
-        if end > buffer.buffer_size:
-            raise ValueError(f"{path} holds {end} transitions but the buffer has room for {buffer.buffer_size}")
-        for name in _BUFFER_ARRAYS:
-            getattr(buffer, name)[:end] = data[name]
-        for key in buffer.observations:
-            buffer.observations[key][:end] = data[f"obs.{key}"]
-            buffer.next_observations[key][:end] = data[f"next_obs.{key}"]
-        buffer._current_ep_start[:] = data["_current_ep_start"]
-        buffer.pos, buffer.full = int(data["_pos_full"][0]), bool(data["_pos_full"][1])
-    # The episodes in progress when the checkpoint was written were cut: close them so HER never
-    # relabels across the break (the envs restart fresh episodes).
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # SB3 warns that it truncates: that is the point
-        buffer.truncate_last_trajectory()
-
-
 def save_checkpoint(model, config: TrainConfig, run_dir: Path, replay: bool) -> Path:
     """Write ``checkpoints/latest/`` atomically (a temp dir renamed into place); returns it."""
     ckpt_root = run_dir / "checkpoints"
@@ -340,7 +306,7 @@ def save_checkpoint(model, config: TrainConfig, run_dir: Path, replay: bool) -> 
     save_file(tensors, str(tmp / "training.safetensors"))
     (tmp / "training.json").write_text(json.dumps(meta, indent=1) + "\n")
     if replay:
-        _save_replay(model.replay_buffer, tmp / "replay.npz")
+        save_replay(model.replay_buffer, tmp / "replay.npz")
     if config.keep_checkpoints:
         shutil.copytree(tmp, ckpt_root / f"step_{model.num_timesteps}", ignore=shutil.ignore_patterns("replay.npz"))
     return replace_dir(tmp, ckpt_root / "latest")
@@ -353,7 +319,7 @@ def load_checkpoint(model, ckpt: Path) -> None:
     meta = json.loads((ckpt / "training.json").read_text())
     _load_training_state(model, load_file(str(ckpt / "training.safetensors")), meta)
     if (ckpt / "replay.npz").exists():
-        _load_replay(model.replay_buffer, ckpt / "replay.npz")
+        load_replay(model.replay_buffer, ckpt / "replay.npz")
 
 
 class CheckpointCallback(BaseCallback):
