@@ -177,9 +177,12 @@ def build(name: str, kwargs: Mapping[str, Any]) -> nn.Module:
         CheckpointError: ``name`` is not registered, or it does not take these arguments.
         ValueError, TypeError: the builder's own checks of the values.
     """
-    fn = builder(name)
-    kwargs = arguments(name, kwargs)
-    module = fn(**kwargs)  # the only call of a registered builder with a checkpoint's kwargs
+    return _construct(name, arguments(name, kwargs))
+
+
+def _construct(name: str, checked: dict[str, Any]) -> nn.Module:
+    """Call builder ``name`` with arguments that :func:`arguments` returned (the only call of a registered builder)."""
+    module = builder(name)(**checked)
     if not isinstance(module, nn.Module):
         raise CheckpointError(f"builder {name!r} returned a {type(module).__name__}, not a torch module")
     return module
@@ -336,7 +339,7 @@ def load(
         raise CheckpointError(f"{root} has {fmt.config} but no {fmt.weights}")
     try:
         config["kwargs"] = arguments(config["builder"], config["kwargs"])
-        module = build(config["builder"], config["kwargs"])
+        module = _construct(config["builder"], config["kwargs"])
     except CheckpointError as e:
         raise CheckpointError(f"{root / fmt.config}: {e}") from e
     except (KeyError, TypeError, ValueError) as e:  # the builder's own checks of the values
