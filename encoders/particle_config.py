@@ -69,7 +69,7 @@ class ParticleConfig:
     """Weight of the KL (nats per image) against the summed squared error of the image."""
     beta_glimpse: float = 1.0
     """Weight of the glimpse loss (each particle's glimpse alone against its crop, see
-    :meth:`ParticleEncoder.glimpse_loss`) against the reconstruction MSE."""
+    :func:`~ecrl.encoders.glimpses.glimpse_loss`) against the reconstruction MSE."""
     prior_sigma: float = 0.1
     """Std of the prior keypoint Gaussians, in the ``[-1, 1]`` image coordinates."""
     foreground_weight: float = 0.0
@@ -96,7 +96,7 @@ class ParticleConfig:
     agent_weight: float = 0.0
     """Weight of the agent loss (0: off). Above 0, particle 0 of every view is the agent's: its keypoint
     is read from its own heatmap alone (no saliency added; the softmax mean within 3 × 3 cells of its
-    peak), and in training ``agent_weight`` times :meth:`ParticleEncoder.agent_loss` is added to the
+    peak), and in training ``agent_weight`` times :func:`~ecrl.encoders.glimpses.agent_loss` is added to the
     loss: the heatmap's softmax is fitted to a Gaussian on the pusher's image position. That position
     is projected from the pusher's recorded position with the camera's calibration
     (:attr:`~ecrl.encoders.data.Frames.agent_points`): proprioception a robot has for free. It is a

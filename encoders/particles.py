@@ -62,13 +62,20 @@ from torch import nn
 
 from ecrl.checkpoint import register_builder
 from ecrl.encoders.base import EncoderOutput, EntityEncoder, check_images, pixel_centres
+from ecrl.encoders.glimpses import (
+    agent_loss,
+    chamfer_kl,
+    composite,
+    crop,
+    glimpse_loss,
+    placement,
+    reconstruction_loss,
+)
 from ecrl.encoders.keypoints import coordinate_channels, gaussian_kl, peak_mean, sample_gaussian, spatial_softmax
 from ecrl.encoders.particle_config import (
-    AGENT_SIGMA,
     BACKGROUND_STRIDE,
     CANVAS_GAIN,
     COLOUR_DETAIL,
-    DEPTH_TEMPERATURE,
     LOGVAR_INIT,
     LOGVAR_RANGE,
     POSITION_SIGMA_INIT,
@@ -219,7 +226,7 @@ class ParticleEncoder(EntityEncoder):
         if c.explain_away:
             stats = self._explain_away(images, anchor.detach(), share, self._background(pooled, b, False)[0])
         else:
-            crops = self._crop(images, anchor.detach(), share).flatten(0, 1)  # (N K, 3, g, g)
+            crops = crop(images, anchor.detach(), share, c.glimpse).flatten(0, 1)  # (N K, 3, g, g)
             stats = rearrange(self.glimpse_encoder(crops), "(n k) d -> n k d", n=n)
         offset, offset_logvar, scale, scale_logvar, depth, depth_logvar, transparency, features, features_logvar = (
             stats.split([2, 2, 2, 2, 1, 1, 1, c.feature_dim, c.feature_dim], -1)
@@ -255,11 +262,13 @@ class ParticleEncoder(EntityEncoder):
         stats = []
         for k in range(anchor.shape[1]):
             seen = scope * images + (1 - scope) * background
-            out = self.glimpse_encoder(self._crop(seen, anchor[:, k : k + 1], share[:, k : k + 1])[:, 0])  # (N, D)
+            out = self.glimpse_encoder(
+                crop(seen, anchor[:, k : k + 1], share[:, k : k + 1], self.config.glimpse)[:, 0]
+            )  # (N, D)
             stats.append(out)
             mu = (anchor[:, k : k + 1] + self.glimpse_share * torch.tanh(out[:, None, :2])).clamp(-1.0, 1.0)
             opacity = self.glimpses(out[:, None, -2 * f : -f])[:, :, 3:]  # (N, 1, 1, g, g)
-            grid = self._placement(mu, torch.sigmoid(out[:, None, 4:6]), h, w)
+            grid = placement(mu, torch.sigmoid(out[:, None, 4:6]), h, w)
             placed = F.grid_sample(opacity.flatten(0, 1), grid, align_corners=False)  # (N, 1, H, W)
             scope = scope * (1 - placed.clamp_max(1 - 1e-6) * torch.sigmoid(out[:, 10, None, None, None]))
         return torch.stack(stats, 1)
@@ -296,21 +305,6 @@ class ParticleEncoder(EntityEncoder):
             )
             taken = taken + SUPPRESSION * bump
         return torch.cat(keypoints, 1)
-
-    def _crop(self, images: torch.Tensor, centres: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-        """``glimpse``-pixel crops ``(N, K, C, g, g)`` of ``images (N, C, H, W)``.
-
-        Crop ``k`` is centred on ``centres[:, k]`` and spans ``scales[:, k]`` (both ``(N, K, 2)``) of the image.
-        """
-        n, k = centres.shape[:2]
-        g = self.config.glimpse
-        theta = torch.zeros(n * k, 2, 3, device=images.device, dtype=images.dtype)
-        theta[:, 0, 0], theta[:, 1, 1] = scales.reshape(-1, 2).unbind(-1)
-        theta[:, :, 2] = centres.reshape(-1, 2)
-        grid = F.affine_grid(theta, [n * k, 1, g, g], align_corners=False)
-        # One sampling pass per image: the K glimpses stacked along the grid's height.
-        crops = F.grid_sample(images, grid.reshape(n, k * g, g, 2), padding_mode="border", align_corners=False)
-        return rearrange(crops, "n c (k h) w -> n k c h w", k=k)
 
     def _rows(self, post: dict[str, torch.Tensor], b: int) -> torch.Tensor:
         """Entity features ``(B, V, K, 6 + feature_dim)`` from posterior means."""
@@ -351,57 +345,6 @@ class ParticleEncoder(EntityEncoder):
             out = torch.cat([rgb, out[:, 3:4]], 1)
         return torch.sigmoid(out).unflatten(0, features.shape[:2])
 
-    @staticmethod
-    def _placement(mu: torch.Tensor, scale: torch.Tensor, h: int, w: int) -> torch.Tensor:
-        """``(N K, H, W, 2)`` sampling grid placing glimpses at ``mu`` with extent ``scale`` (both ``(N, K, 2)``).
-
-        The inverse of the crop's affine map, glimpse coordinates ``u = (p - mu) / scale`` at every
-        pixel ``p``, built per axis (x depends on the column only, y on the row) instead of by affine_grid.
-        """
-        xs, ys = pixel_centres(w, mu), pixel_centres(h, mu)
-        u = (xs - mu[..., :1]) / scale[..., :1]  # (N, K, W)
-        v = (ys - mu[..., 1:]) / scale[..., 1:]  # (N, K, H)
-        grid = torch.stack([u[:, :, None, :].expand(-1, -1, h, -1), v[..., None].expand(-1, -1, -1, w)], -1)
-        return grid.flatten(0, 1)
-
-    def render(
-        self,
-        glimpses: torch.Tensor,
-        mu: torch.Tensor,
-        scale: torch.Tensor,
-        depth: torch.Tensor,
-        transparency: torch.Tensor,
-        background: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Composite particles over a background; invariant to the order of the particles.
-
-        Args:
-            glimpses: ``(N, K, 4, g, g)`` RGBA glimpses in ``[0, 1]``.
-            mu: ``(N, K, 2)`` centres; scale: ``(N, K, 2)`` extents as fractions of the image side.
-            depth: ``(N, K)``, smaller is in front; transparency: ``(N, K)`` in ``[0, 1]``.
-            background: ``(N, 3, H, W)``.
-
-        Returns:
-            ``recon (N, 3, H, W)`` and ``alpha (N, K, H, W)``: each particle's share of each pixel
-            (``1 - alpha.sum(1)`` is the background's).
-        """
-        n, k = mu.shape[:2]
-        h, w = background.shape[-2:]
-        grid = self._placement(mu, scale, h, w)
-        rgb, opacity = glimpses.flatten(0, 1).split([3, 1], dim=1)
-        # Colour is extended past the glimpse's edge and opacity is zero there, so that the edge
-        # fades in opacity only (sampling both with zero padding would darken it as well).
-        rgb = F.grid_sample(rgb, grid, padding_mode="border", align_corners=False).unflatten(0, (n, k))
-        opacity = F.grid_sample(opacity, grid, align_corners=False).view(n, k, h, w)
-        opacity = opacity.clamp_max(1 - 1e-6) * transparency[..., None, None]
-        cover = 1 - torch.log1p(-opacity).sum(1, keepdim=True).exp()  # 1 - prod(1 - a), cheaper to differentiate
-        # exp(-depth / T) relative to the nearest particle: at most 1, so it never overflows.
-        near = torch.exp(-(depth - depth.amin(1, keepdim=True).detach()) / DEPTH_TEMPERATURE)
-        weight = opacity * near[..., None, None]
-        alpha = cover * weight / (weight.sum(1, keepdim=True) + 1e-6)
-        recon = (alpha[:, :, None] * rgb).sum(1) + (1 - alpha.sum(1, keepdim=True)) * background
-        return recon, alpha
-
     def _background(self, pooled: torch.Tensor, b: int, stochastic: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """Background ``(B V, 3, H, W)`` and its latent's KL ``(B V,)`` from pooled trunk features ``(B V, width)``."""
         mean, logvar = self.background_encoder(pooled).chunk(2, -1)
@@ -418,9 +361,9 @@ class ParticleEncoder(EntityEncoder):
         ``agent``: ``(B, V, 2)`` image positions of the pusher (:attr:`~ecrl.encoders.data.Frames.agent_points`),
         used only by the agent loss (``agent_weight``); views where it is outside ``[-1, 1]`` are skipped.
 
-        ``losses``: ``loss`` (the total), ``recon`` (MSE), ``glimpse`` (:meth:`glimpse_loss`),
+        ``losses``: ``loss`` (the total), ``recon`` (MSE), ``glimpse`` (:func:`~ecrl.encoders.glimpses.glimpse_loss`),
         ``kl`` (nats per image, the sum of ``kl_keypoints`` (Chamfer-KL), ``kl_features`` and
-        ``kl_attributes`` (scale, depth and background latent)), ``agent`` (:meth:`agent_loss`, 0 without ``agent``).
+        ``kl_attributes`` (scale, depth and background latent)), ``agent`` (:func:`~ecrl.encoders.glimpses.agent_loss`, 0 without ``agent``).
         """
         c = self.config
         check_images(images, c.views, c.image_size)
@@ -439,11 +382,11 @@ class ParticleEncoder(EntityEncoder):
         features = sample_gaussian(post["features"], post["features_logvar"], stochastic)
         glimpses = self.glimpses(features)
         background, kl_background = self._background(post["pooled"], b, stochastic)
-        recon, alpha = self.render(glimpses, mu, scale, depth, post["transparency"], background)
-        glimpse_loss = self.glimpse_loss(flat, background.detach(), glimpses, mu.detach(), scale.detach())
+        recon, alpha = composite(glimpses, mu, scale, depth, post["transparency"], background)
+        glimpse_term = glimpse_loss(flat, background.detach(), glimpses, mu.detach(), scale.detach())
 
         prior = self.prior_keypoints(flat)
-        kl_keypoints = self.chamfer_kl(post["mu"], post["mu_logvar"], prior)
+        kl_keypoints = chamfer_kl(post["mu"], post["mu_logvar"], prior, c.prior_sigma)
         kl_attributes = (
             gaussian_kl(post["scale"], post["scale_logvar"], self.scale_logit, 2 * math.log(SCALE_SIGMA)).sum((1, 2))
             + gaussian_kl(post["depth"], post["depth_logvar"], 0.0, 0.0).sum(1)
@@ -451,19 +394,19 @@ class ParticleEncoder(EntityEncoder):
         )
         kl_features = gaussian_kl(post["features"], post["features_logvar"], 0.0, 0.0).sum((1, 2))
         kl = (kl_keypoints + kl_attributes + kl_features).mean()
-        recon_loss = self.reconstruction_loss(recon, flat, background)
+        recon_loss = reconstruction_loss(recon, flat, background, c.foreground_weight)
         if agent is not None and self.uses_agent:
-            agent_loss = self.agent_loss(post["agent_logits"], agent.flatten(0, 1))
+            agent_term = agent_loss(post["agent_logits"], agent.flatten(0, 1))
         else:
-            agent_loss = recon_loss.new_zeros(())
+            agent_term = recon_loss.new_zeros(())
         losses = {
             "loss": recon_loss
-            + self.glimpse_weight * glimpse_loss
-            + c.agent_weight * agent_loss
+            + self.glimpse_weight * glimpse_term
+            + c.agent_weight * agent_term
             + c.beta_kl * kl / flat[0].numel(),
             "recon": recon_loss,
-            "agent": agent_loss,
-            "glimpse": glimpse_loss,
+            "agent": agent_term,
+            "glimpse": glimpse_term,
             "kl": kl,
             "kl_keypoints": kl_keypoints.mean(),
             "kl_features": kl_features.mean(),
@@ -479,71 +422,6 @@ class ParticleEncoder(EntityEncoder):
             positions=unflat(post["mu"]),
             losses=losses,
         )
-
-    def reconstruction_loss(self, recon: torch.Tensor, images: torch.Tensor, background: torch.Tensor) -> torch.Tensor:
-        """MSE of ``recon`` against ``images`` (both ``(N, 3, H, W)``), foreground pixels weighted up.
-
-        The weights (``foreground_weight``, see :class:`ParticleConfig`) come from the difference
-        between the image and the ``background`` (detached) and are normalised to mean 1 per image,
-        so the loss stays on the scale of a plain MSE.
-        """
-        if not self.config.foreground_weight:
-            return F.mse_loss(recon, images)
-        with torch.no_grad():
-            weight = 1 + self.config.foreground_weight * (images - background).square().sum(1, keepdim=True)
-            weight = weight / weight.mean((-2, -1), keepdim=True)
-        return (weight * (recon - images).square()).mean()
-
-    @staticmethod
-    def agent_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """How far the agent heatmap is from the pusher, averaged over the images where it is in view.
-
-        Per image: the KL from a Gaussian (std ``AGENT_SIGMA`` cells) on the pusher's image position
-        ``target (N, 2)`` (in ``[-1, 1]``) to the softmax of the agent heatmap ``logits (N, h, w)``, whose
-        mean near its peak is the agent particle's coarse keypoint. The KL has a gradient wherever the heatmap peaks;
-        a loss on the keypoint (the softmax's mean) has almost none once the heatmap peaks on the wrong
-        thing, and did not learn. The glimpse's offset is left to the reconstruction.
-        """
-        h, w = logits.shape[-2:]
-        inside = (target.abs() <= 1).all(-1)  # NaN (behind the camera) compares False
-        target = torch.where(inside[:, None], target, torch.zeros_like(target))
-        xs, ys = pixel_centres(w, logits), pixel_centres(h, logits)
-        gx = -0.5 * ((xs - target[:, :1]) / (AGENT_SIGMA * 2 / w)).square()  # (N, w)
-        gy = -0.5 * ((ys - target[:, 1:]) / (AGENT_SIGMA * 2 / h)).square()  # (N, h)
-        wanted = (gy[:, :, None] + gx[:, None, :]).flatten(1).softmax(-1)
-        kl = (torch.special.xlogy(wanted, wanted) - wanted * logits.flatten(1).log_softmax(-1)).sum(-1)
-        return (kl * inside).sum() / inside.sum().clamp_min(1)
-
-    def glimpse_loss(
-        self,
-        images: torch.Tensor,
-        background: torch.Tensor,
-        glimpses: torch.Tensor,
-        mu: torch.Tensor,
-        scale: torch.Tensor,
-    ) -> torch.Tensor:
-        """MSE of each particle's glimpse, alone over the background, against the image where it is placed.
-
-        Every particle must explain its own crop of ``images (N, 3, H, W)`` (the RGBA ``glimpses
-        (N, K, 4, g, g)`` over the crop of ``background``, at ``mu`` and ``scale (N, K, 2)``). Unlike
-        the composite, which a particle can leave to the others or to the background, this teaches
-        every glimpse decoder and visual latent from the first step: it is DLP's glimpse warm-up loss,
-        kept on (with positions and the background detached, so that it shapes only appearance).
-        """
-        target = self._crop(images, mu, scale)
-        under = self._crop(background, mu, scale)
-        rgb, opacity = glimpses.split([3, 1], dim=2)
-        return F.mse_loss(opacity * rgb + (1 - opacity) * under, target)
-
-    def chamfer_kl(self, mu: torch.Tensor, logvar: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
-        """Chamfer-KL ``(N,)`` between posterior keypoints ``N(mu, e^logvar)`` ``(N, K, 2)`` and prior ones ``(N, L, 2)``.
-
-        Each posterior Gaussian pays its KL to the nearest prior Gaussian (std ``prior_sigma``), and
-        each prior Gaussian its KL to the nearest posterior one.
-        """
-        prior_logvar = 2 * math.log(self.config.prior_sigma)
-        kl = gaussian_kl(mu[:, :, None], logvar[:, :, None], prior[:, None], prior_logvar).sum(-1)  # (N, K, L)
-        return kl.amin(2).sum(1) + kl.amin(1).sum(1)
 
 
 register_builder("particle_encoder")(ParticleEncoder.from_fields)

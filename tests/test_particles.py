@@ -7,6 +7,7 @@ import torch
 
 import ecrl.envs  # noqa: F401  (registers the environments)
 from ecrl.encoders import particles
+from ecrl.encoders.glimpses import agent_loss, composite, reconstruction_loss
 from ecrl.encoders.particles import PARTICLE_FIELDS, ParticleConfig, ParticleEncoder
 
 SMALL = {"image_size": 32, "glimpse": 8, "prior_keypoints": 8, "width": 16}
@@ -74,14 +75,13 @@ def test_keypoints_lie_in_the_image(frames):
 
 def test_alpha_and_background_partition_every_pixel(frames):
     torch.manual_seed(0)
-    enc = ParticleEncoder(ParticleConfig(**SMALL))
-    alpha = enc(frames).alpha
+    alpha = ParticleEncoder(ParticleConfig(**SMALL))(frames).alpha
     assert alpha.ge(0).all() and alpha.sum(2).le(1 + 1e-5).all()
     # Particles and background of one colour composite to exactly that colour: the weights sum to 1.
     n, k, g = 3, 5, 8
     colour = torch.tensor([0.2, 0.5, 0.9])
     glimpses = torch.cat([colour.view(1, 1, 3, 1, 1).expand(n, k, 3, g, g), torch.rand(n, k, 1, g, g)], 2)
-    recon, alpha = enc.render(
+    recon, alpha = composite(
         glimpses,
         torch.rand(n, k, 2) * 2 - 1,
         torch.rand(n, k, 2) * 0.5 + 0.1,
@@ -93,19 +93,17 @@ def test_alpha_and_background_partition_every_pixel(frames):
 
 
 def test_nearer_particle_hides_the_one_behind():
-    enc = ParticleEncoder(ParticleConfig(**SMALL))
     red, blue = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 0.0, 1.0])
     glimpses = torch.stack([torch.cat([c, torch.ones(1)]).view(4, 1, 1).expand(4, 8, 8) for c in (red, blue)])[None]
     mu, scale = torch.zeros(1, 2, 2), torch.full((1, 2, 2), 0.25)
     background = torch.zeros(1, 3, 32, 32)
     for depth, front in ((torch.tensor([[-2.0, 2.0]]), red), (torch.tensor([[2.0, -2.0]]), blue)):
-        recon, _ = enc.render(glimpses, mu, scale, depth, torch.ones(1, 2), background)
+        recon, _ = composite(glimpses, mu, scale, depth, torch.ones(1, 2), background)
         torch.testing.assert_close(recon[0, :, 16, 16], front, atol=1e-4, rtol=0)
 
 
 def test_compositing_is_invariant_to_the_order_of_particles():
     torch.manual_seed(0)
-    enc = ParticleEncoder(ParticleConfig(**SMALL))
     n, k, g = 2, 6, 8
     args = (
         torch.rand(n, k, 4, g, g),
@@ -116,8 +114,8 @@ def test_compositing_is_invariant_to_the_order_of_particles():
     )
     background = torch.rand(n, 3, 32, 32)
     perm = torch.randperm(k)
-    recon, alpha = enc.render(*args, background)
-    recon_p, alpha_p = enc.render(*(a[:, perm] for a in args), background)
+    recon, alpha = composite(*args, background)
+    recon_p, alpha_p = composite(*(a[:, perm] for a in args), background)
     torch.testing.assert_close(recon_p, recon)
     torch.testing.assert_close(alpha_p, alpha[:, perm])
 
@@ -194,21 +192,17 @@ def test_glimpse_loss_fades_out(frames):
 
 
 def test_foreground_weight_makes_undrawn_foreground_cost_more():
-    enc = ParticleEncoder(ParticleConfig(foreground_weight=10.0, **SMALL))
-    plain = ParticleEncoder(ParticleConfig(**SMALL))
+    plain = lambda recon, images, background: reconstruction_loss(recon, images, background, 0.0)  # noqa: E731
+    weighted = lambda recon, images, background: reconstruction_loss(recon, images, background, 10.0)  # noqa: E731
     background = torch.full((1, 3, 32, 32), 0.5)
     images = background.clone()
     images[0, :, 10:13, 10:13] = 0.0  # a dark object the background does not explain
     miss_object = background.clone()  # the reconstruction leaves the object out
     miss_table = images.clone()
     miss_table[0, :, 20:23, 20:23] = 0.0  # same error, on a background pixel instead
-    assert plain.reconstruction_loss(miss_object, images, background) == pytest.approx(
-        plain.reconstruction_loss(miss_table, images, background).item()
-    )
-    assert enc.reconstruction_loss(miss_object, images, background) > 5 * enc.reconstruction_loss(
-        miss_table, images, background
-    )
-    assert enc.reconstruction_loss(images, images, background) == 0
+    assert plain(miss_object, images, background) == pytest.approx(plain(miss_table, images, background).item())
+    assert weighted(miss_object, images, background) > 5 * weighted(miss_table, images, background)
+    assert weighted(images, images, background) == 0
 
 
 def test_particle_colour_keeps_one_hue_per_glimpse(monkeypatch):
@@ -292,11 +286,11 @@ def test_agent_loss_measures_the_agent_heatmap_and_skips_views_without_the_pushe
     target = torch.tensor([[-0.25, 0.5], [0.25, -0.5], [1.5, 0.0]])  # cell centres of an 8 × 8 map, out of view
     peaked = torch.full((3, 8, 8), -3.0)
     peaked[0, 6, 2] = peaked[1, 2, 5] = 3.0  # the heatmaps peak on the targets' cells
-    loss = lambda logits, rows=slice(None): ParticleEncoder.agent_loss(logits[rows], target[rows]).item()  # noqa: E731
+    loss = lambda logits, rows=slice(None): agent_loss(logits[rows], target[rows]).item()  # noqa: E731
     assert 0 < loss(peaked) < loss(peaked.roll(1, -1)) < loss(peaked.flip(-1))  # right, one cell off, far off
     assert loss(peaked, slice(2, 3)) == 0  # the out-of-view image counts for nothing
     behind = torch.full((1, 2), float("nan"))  # a point behind the camera projects to NaN
-    assert ParticleEncoder.agent_loss(peaked[:1], behind).item() == 0
+    assert agent_loss(peaked[:1], behind).item() == 0
 
 
 def test_agent_loss_trains_the_agent_keypoint_and_bad_targets_raise(frames):
