@@ -290,17 +290,7 @@ def sample(
     mask = observation[..., ENTITY_PRESENT] > 0.5 if mask is None else mask.to(device)
     goal_mask = desired_goal[..., GOAL_PRESENT] > 0.5
 
-    given = torch.zeros(state_shape, dtype=torch.bool, device=device)
-    clean = torch.zeros(state_shape, device=device)
-    if known_states is not None:
-        _check_shapes(known_states=(known_states, state_shape))
-        try:
-            given = torch.broadcast_to(known_mask.to(device), state_shape).clone()
-        except RuntimeError as e:
-            raise ValueError(f"known_mask: shape {tuple(known_mask.shape)} does not broadcast to {state_shape}") from e
-        _check_bool(known_mask=given)
-        clean = torch.where(given, known_states.to(device, torch.float32), clean)
-    given[:, 0] = False  # step 0 is the observation, inpainted clean (as in training)
+    given, clean = _known_entries(known_states, known_mask, state_shape, device)
     padded = ~mask[:, None, :, None]
     schedule = NoiseSchedule.of(config)
     timesteps = schedule.sampling_steps(steps)
@@ -313,24 +303,13 @@ def sample(
         x[:, 0] = state0[:, 0]
         return x.masked_fill(padded, 0.0)
 
-    def predict(x_states: torch.Tensor, x_actions: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if guidance == 1.0:
-            return model(x_states, x_actions, t, static, goals, mask, goal_mask)
-        two = lambda x: torch.cat([x, x])  # noqa: E731
-        drop = torch.arange(2 * batch, device=device) >= batch
-        states, actions = model(
-            two(x_states), two(x_actions), t, two(static), two(goals), two(mask), two(goal_mask), None, drop
-        )
-        (cond_s, free_s), (cond_a, free_a) = states.chunk(2), actions.chunk(2)
-        return free_s + guidance * (cond_s - free_s), free_a + guidance * (cond_a - free_a)
-
     known_noise = torch.randn(state_shape, device=device, generator=generator)
     x_states = torch.randn(state_shape, device=device, generator=generator)
     x_actions = torch.randn((batch, horizon, config.action_dim), device=device, generator=generator)
     alphas = schedule.alphas_cumprod.tolist()
     for i, t in enumerate(timesteps):
         x_states = inpaint(x_states, t)
-        pred_states, pred_actions = predict(x_states, x_actions, t)
+        pred_states, pred_actions = _guided(model, guidance, x_states, x_actions, t, static, goals, mask, goal_mask)
         pred_actions = pred_actions.clamp(-1.0, 1.0)
         if i + 1 < len(timesteps):
             levels = alphas[t], alphas[timesteps[i + 1]]
@@ -339,6 +318,45 @@ def sample(
     states = inpaint(pred_states, None)
     rows = states if config.entity_dim else join_rows(observation, states)
     return Plan(actions=pred_actions, states=states, rows=rows)
+
+
+def _known_entries(
+    known_states: torch.Tensor | None,
+    known_mask: torch.Tensor | None,
+    state_shape: tuple[int, ...],
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``given`` (bool) and ``clean`` values, both ``state_shape``, of the inpainted entries of :func:`sample`."""
+    given = torch.zeros(state_shape, dtype=torch.bool, device=device)
+    clean = torch.zeros(state_shape, device=device)
+    if known_states is not None:
+        _check_shapes(known_states=(known_states, state_shape))
+        try:
+            given = torch.broadcast_to(known_mask.to(device), state_shape).clone()
+        except RuntimeError as e:
+            raise ValueError(f"known_mask: shape {tuple(known_mask.shape)} does not broadcast to {state_shape}") from e
+        _check_bool(known_mask=given)
+        clean = torch.where(given, known_states.to(device, torch.float32), clean)
+    given[:, 0] = False  # step 0 is the observation, inpainted clean (as in training)
+    return given, clean
+
+
+def _guided(
+    model: EntityDenoiser, guidance: float, x_states: torch.Tensor, x_actions: torch.Tensor, t: int, *context
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The denoiser's prediction with classifier-free guidance on the goal (see :func:`sample`).
+
+    ``context`` is ``(static, goals, mask, goal_mask)``. With ``guidance == 1`` one conditional call;
+    otherwise conditional and goal-free predictions in one batch, mixed ``uncond + guidance × (cond − uncond)``.
+    """
+    if guidance == 1.0:
+        return model(x_states, x_actions, t, *context)
+    two = lambda x: torch.cat([x, x])  # noqa: E731
+    batch = x_states.shape[0]
+    drop = torch.arange(2 * batch, device=x_states.device) >= batch
+    states, actions = model(two(x_states), two(x_actions), t, *(two(c) for c in context), None, drop)
+    (cond_s, free_s), (cond_a, free_a) = states.chunk(2), actions.chunk(2)
+    return free_s + guidance * (cond_s - free_s), free_a + guidance * (cond_a - free_a)
 
 
 def _ddim_step(

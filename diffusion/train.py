@@ -46,7 +46,7 @@ from ecrl.encoders import load_encoder
 from ecrl.evaluation import evaluate, log_tensorboard, scalars
 from ecrl.policy import Policy
 from ecrl.policy import load as load_policy
-from ecrl.training import RunOptions, append_csv, close_run, open_run, start_run, torch_device, warmup_cosine
+from ecrl.training import RunOptions, WindowLog, append_csv, close_run, open_run, start_run, torch_device, warmup_cosine
 
 __all__ = ["DiffusionTrainConfig", "DiffusionTrainResult", "planner_policy", "train"]
 
@@ -400,6 +400,32 @@ def _scalars(terms: dict[str, LossTerms]) -> dict[str, float]:
     return scalars
 
 
+def _run_meta(config: DiffusionTrainConfig, demonstrations: int, task: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint of this run records about it (the planner's ``meta``)."""
+    meta = {
+        "arch": "diffusion" if config.planner == "flat" else "hierarchical_diffusion",
+        "dataset": str(config.dataset),
+        "demonstrations": demonstrations,
+        "train_n_objects": task["n_objects"],
+        "goal": task["goal"],
+        "split": task["split"],
+        "sampling_steps": config.sampling_steps,
+        "replan_every": config.replan_every,
+    }
+    if config.planner == "flat":
+        meta["horizon"] = config.denoiser.horizon
+    else:
+        meta |= {
+            "subgoal_every": config.subgoal_every,
+            "subgoal_horizon": config.subgoal_horizon,
+            "subgoal_sampling_steps": config.subgoal_sampling_steps,
+            "subgoal_replan_every": config.subgoal_replan_every or config.subgoal_every,
+        }
+    if config.encoder is not None:
+        meta |= {"arch": "diffusion_from_pixels", "encoder": str(config.encoder)}
+    return meta
+
+
 def train(config: DiffusionTrainConfig, resume: Path | None = None) -> DiffusionTrainResult:
     """Train (or, with ``resume``, continue) a diffusion planner; returns what the run did.
 
@@ -425,31 +451,10 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
     if run.resumed:
         trainer.load(run.checkpoint)
     open_run(run, trainer.step)
-    meta = {
-        "arch": "diffusion" if config.planner == "flat" else "hierarchical_diffusion",
-        "dataset": str(config.dataset),
-        "demonstrations": len(dataset),
-        "train_n_objects": task["n_objects"],
-        "goal": task["goal"],
-        "split": task["split"],
-        "sampling_steps": config.sampling_steps,
-        "replan_every": config.replan_every,
-    }
-    if config.planner == "flat":
-        meta["horizon"] = config.denoiser.horizon
-    else:
-        meta |= {
-            "subgoal_every": config.subgoal_every,
-            "subgoal_horizon": config.subgoal_horizon,
-            "subgoal_sampling_steps": config.subgoal_sampling_steps,
-            "subgoal_replan_every": config.subgoal_replan_every or config.subgoal_every,
-        }
-    if config.encoder is not None:
-        meta |= {"arch": "diffusion_from_pixels", "encoder": str(config.encoder)}
+    meta = _run_meta(config, len(dataset), task)
     writer = SummaryWriter(str(run_dir / "tb"))
     result = DiffusionTrainResult(run_dir=run_dir, steps=trainer.step, wall_s=0.0)
-    start, window_start, window_steps = time.perf_counter(), time.perf_counter(), 0
-    losses: list[dict[str, float]] = []
+    start, log = time.perf_counter(), WindowLog(writer, "time/windows_per_s")
     bar = tqdm(total=config.steps, initial=trainer.step, desc="diffusion", unit="step", disable=not config.progress)
     for model in trainer.models.values():
         model.train()
@@ -465,26 +470,20 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
         for name, model in trainer.models.items():
             trainer.emas[name].update(model)
         trainer.step += 1
-        window_steps += 1
-        losses.append(_scalars(terms))
+        log.add(_scalars(terms))
         bar.update(1)
         if trainer.step % config.log_every == 0 or trainer.step == config.steps:
-            means = {key: float(np.mean([x[key] for x in losses])) for key in losses[0]}
-            rate = window_steps * config.batch_size * len(terms) / (time.perf_counter() - window_start)
-            for key, value in means.items():
-                writer.add_scalar(key, value, trainer.step)
-            writer.add_scalar("train/lr", trainer.optimizer.param_groups[0]["lr"], trainer.step)
-            writer.add_scalar("time/windows_per_s", rate, trainer.step)
+            lr = trainer.optimizer.param_groups[0]["lr"]
+            means, result.windows_per_s = log.flush(trainer.step, lr, config.batch_size * len(terms))
             shown = [k for k in means if k.endswith("/loss") or k == "train/action_loss"]
             bar.set_postfix({k.removeprefix("train/"): f"{means[k]:.4f}" for k in shown})
-            result.loss, result.windows_per_s = means["train/loss"], float(rate)
-            losses, window_start, window_steps = [], time.perf_counter(), 0
+            result.loss = means["train/loss"]
         if config.eval_every and (trainer.step % config.eval_every == 0 or trainer.step == config.steps):
             result.eval = _evaluate(trainer, task, writer, run_dir)
             bar.write(f"step {trainer.step}: success " + ", ".join(f"{k} {v:.2f}" for k, v in result.eval.items()))
             for model in trainer.models.values():
                 model.train()
-            window_start, window_steps = time.perf_counter(), 0
+            log.restart()
         if config.checkpoint_every and trainer.step % config.checkpoint_every == 0:
             trainer.save(run_dir, dict(meta, steps=trainer.step))
     bar.close()

@@ -294,21 +294,8 @@ def collect_dataset(
             (with ``append``) the seeds would repeat episodes already in it.
     """
     config = config or CollectConfig()
-    if config.random_actions == 1 and config.only_success and not config.play:
-        raise ValueError("random_actions = 1 rolls out no expert at all, so keep failures too (only_success=False)")
-    ogbench = config.env == "ogbench-cube"
-    if ogbench and policy is None and not config.play:
-        raise ValueError("OGBench cubes have a scripted oracle for play data only: pass --play, or a --policy")
-    if ogbench and policy is not None and config.play:
-        raise ValueError("play data comes from OGBench's oracle: pass --play or a --policy, not both")
-    writer = DatasetWriter(Path(path), append, config.shard_episodes, config.action_dim)
-    pixels = {"size": config.pixels, "cameras": list(config.cameras)} if config.pixels else None
-    if writer.meta["episodes"] and writer.meta.get("pixels") != pixels:
-        raise DatasetError(
-            f"{path} was collected with pixels = {writer.meta.get('pixels')}, this collection would add "
-            f"{pixels}; a dataset renders every episode the same way"
-        )
-    writer.meta["pixels"] = pixels
+    _check_source(config, policy)
+    writer = _open_writer(Path(path), config, append)
     seed = writer.meta["next_seed"] if config.seed is None else config.seed
     total = len(config.parts) * len(config.n_objects) * config.episodes
     writer.check_seeds(seed, seed + total)
@@ -334,16 +321,7 @@ def collect_dataset(
     steps_bar = bar if config.play else None
     for part in config.parts:
         for n in config.n_objects:
-            env_id, env_kwargs = "ecrl/Push-v0", {"n_objects": n, "goal": config.goal}
-            if ogbench:
-                env_id, env_kwargs = "ecrl/OGBenchCube-v0", {"n_cubes": n, "mode": "play" if config.play else "task"}
-                if config.play:
-                    env_kwargs["max_episode_steps"] = config.play_steps
-            env_kwargs |= {"n_max": config.n_max, "reward_type": config.reward}
-            if config.pixels:
-                env_kwargs.update(width=config.pixels, height=config.pixels)
-            if config.split:
-                env_kwargs.update(split=config.split, part=part)
+            env_id, env_kwargs = _env_spec(config, n, part)
             envs = [gym.make(env_id, **env_kwargs) for _ in range(min(config.batch_size, config.episodes))]
             for first in range(0, config.episodes, config.batch_size):
                 chunk = envs[: min(config.batch_size, config.episodes - first)]
@@ -368,6 +346,45 @@ def collect_dataset(
     return CollectResult(
         Path(path), record["kept"], record["dropped"], writer.steps_added, record["shards"], (seed, k), record["wall_s"]
     )
+
+
+def _check_source(config: CollectConfig, policy: BatchPolicy | None) -> None:
+    """Raise ``ValueError`` where ``config`` and ``policy`` ask for episodes nothing can act in."""
+    if config.random_actions == 1 and config.only_success and not config.play:
+        raise ValueError("random_actions = 1 rolls out no expert at all, so keep failures too (only_success=False)")
+    ogbench = config.env == "ogbench-cube"
+    if ogbench and policy is None and not config.play:
+        raise ValueError("OGBench cubes have a scripted oracle for play data only: pass --play, or a --policy")
+    if ogbench and policy is not None and config.play:
+        raise ValueError("play data comes from OGBench's oracle: pass --play or a --policy, not both")
+
+
+def _open_writer(path: Path, config: CollectConfig, append: bool) -> DatasetWriter:
+    """The writer of ``path``; an existing dataset must have been rendered as ``config`` renders."""
+    writer = DatasetWriter(path, append, config.shard_episodes, config.action_dim)
+    pixels = {"size": config.pixels, "cameras": list(config.cameras)} if config.pixels else None
+    if writer.meta["episodes"] and writer.meta.get("pixels") != pixels:
+        raise DatasetError(
+            f"{path} was collected with pixels = {writer.meta.get('pixels')}, this collection would add "
+            f"{pixels}; a dataset renders every episode the same way"
+        )
+    writer.meta["pixels"] = pixels
+    return writer
+
+
+def _env_spec(config: CollectConfig, n: int, part: str) -> tuple[str, dict[str, Any]]:
+    """Registered id and keyword arguments of the envs collecting ``n`` objects of split part ``part``."""
+    env_id, env_kwargs = "ecrl/Push-v0", {"n_objects": n, "goal": config.goal}
+    if config.env == "ogbench-cube":
+        env_id, env_kwargs = "ecrl/OGBenchCube-v0", {"n_cubes": n, "mode": "play" if config.play else "task"}
+        if config.play:
+            env_kwargs["max_episode_steps"] = config.play_steps
+    env_kwargs |= {"n_max": config.n_max, "reward_type": config.reward}
+    if config.pixels:
+        env_kwargs.update(width=config.pixels, height=config.pixels)
+    if config.split:
+        env_kwargs.update(split=config.split, part=part)
+    return env_id, env_kwargs
 
 
 def import_ogbench_dataset(

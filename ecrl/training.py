@@ -141,6 +141,42 @@ def close_run(run: Run, step: int, wall_s: float, **summary: Any) -> None:
     _session(run.dir, {"end_step": step, "wall_s": wall_s, "time": time.time(), **summary})
 
 
+class WindowLog:
+    """Means of the losses of the training steps since the last :meth:`flush`, and their rate.
+
+    Example:
+        >>> log = WindowLog(writer, "time/windows_per_s")
+        >>> log.add({"train/loss": 0.5})          # every step
+        >>> means, rate = log.flush(step, lr, 128)  # every log_every steps: writes means, lr and rate
+    """
+
+    def __init__(self, writer: Any, rate_name: str) -> None:
+        self.writer, self.rate_name = writer, rate_name
+        self.rows: list[dict[str, float]] = []
+        self.restart()
+
+    def restart(self) -> None:
+        """Start a new window (after work that is not training, such as an evaluation)."""
+        self.start, self.steps = time.perf_counter(), 0
+
+    def add(self, scalars: Mapping[str, float]) -> None:
+        """Record one training step's scalars."""
+        self.rows.append(dict(scalars))
+        self.steps += 1
+
+    def flush(self, step: int, lr: float, items_per_step: int) -> tuple[dict[str, float], float]:
+        """Write the window's means, ``train/lr`` and the rate (items/s) at ``step``; start a new window."""
+        means = {key: float(sum(r[key] for r in self.rows) / len(self.rows)) for key in self.rows[0]}
+        rate = self.steps * items_per_step / max(time.perf_counter() - self.start, 1e-9)
+        for key, value in means.items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.add_scalar("train/lr", lr, step)
+        self.writer.add_scalar(self.rate_name, rate, step)
+        self.rows = []
+        self.restart()
+        return means, float(rate)
+
+
 def _session(run_dir: Path, record: Mapping[str, Any]) -> None:
     with (run_dir / "sessions.jsonl").open("a") as f:
         f.write(json.dumps(dict(record)) + "\n")

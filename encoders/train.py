@@ -24,6 +24,7 @@ import shutil
 import time
 import typing
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,6 +43,7 @@ from ecrl.encoders.io import ENCODER, build_encoder, encoder_class, load_encoder
 from ecrl.retired import drop_retired, retired_types
 from ecrl.training import (
     RunOptions,
+    WindowLog,
     append_csv,
     close_run,
     open_run,
@@ -273,6 +275,28 @@ def _frames(config: EncoderTrainConfig) -> tuple[Frames, Frames]:
     return Frames(data, episodes[~held]), Frames(data, episodes[held])
 
 
+def _evaluate(
+    model: EntityEncoder,
+    train_frames: Frames,
+    test_frames: Frames,
+    config: EncoderTrainConfig,
+    writer: SummaryWriter,
+    log_dir: Path,
+    device: torch.device,
+    step: int,
+) -> EncoderScores:
+    """Score ``model`` on held-out frames at ``step`` (probe fitted on training frames); log to tensorboard and CSV."""
+    scores = score_encoder(
+        model, train_frames, test_frames, 2 * config.eval_frames, config.eval_frames, probe_steps=1000, device=device
+    )
+    row = {"train/gradient_steps": step} | {f"eval/{k}": v for k, v in scores.scalars().items()}
+    for key, value in row.items():
+        if key.startswith("eval/"):
+            writer.add_scalar(key, value, step)
+    append_csv(log_dir / "progress.csv", row)
+    return scores
+
+
 def train(config: EncoderTrainConfig, resume: Path | None = None) -> EncoderTrainResult:
     """Train (or, with ``resume``, continue) an encoder; returns what the run did.
 
@@ -296,8 +320,7 @@ def train(config: EncoderTrainConfig, resume: Path | None = None) -> EncoderTrai
     writer = SummaryWriter(str(run_dir / "tb"))
     result = EncoderTrainResult(run_dir=run_dir, steps=trainer.step, wall_s=0.0)
     shown = np.random.default_rng(1).choice(len(test_frames), size=min(3, len(test_frames)), replace=False)
-    start, window_start, window_steps = time.perf_counter(), time.perf_counter(), 0
-    logged: list[dict[str, float]] = []
+    start, log = time.perf_counter(), WindowLog(writer, "time/images_per_s")
     bar = tqdm(
         total=config.steps,
         initial=trainer.step,
@@ -307,22 +330,7 @@ def train(config: EncoderTrainConfig, resume: Path | None = None) -> EncoderTrai
     )
     model.train()
 
-    def evaluate() -> EncoderScores:
-        scores = score_encoder(
-            model,
-            train_frames,
-            test_frames,
-            2 * config.eval_frames,
-            config.eval_frames,
-            probe_steps=1000,
-            device=device,
-        )
-        row = {"train/gradient_steps": trainer.step} | {f"eval/{k}": v for k, v in scores.scalars().items()}
-        for key, value in row.items():
-            if key.startswith("eval/"):
-                writer.add_scalar(key, value, trainer.step)
-        append_csv(run_dir / "tb" / "progress.csv", row)
-        return scores
+    evaluate = partial(_evaluate, model, train_frames, test_frames, config, writer, run_dir / "tb", device)
 
     while trainer.step < config.steps:
         for group in trainer.optimizer.param_groups:
@@ -336,33 +344,27 @@ def train(config: EncoderTrainConfig, resume: Path | None = None) -> EncoderTrai
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         trainer.optimizer.step()
         trainer.step += 1
-        window_steps += 1
-        logged.append({f"train/{k}": float(v.detach()) for k, v in out.losses.items()})
+        log.add({f"train/{k}": float(v.detach()) for k, v in out.losses.items()})
         bar.update(1)
         if trainer.step % config.log_every == 0 or trainer.step == config.steps:
-            means = {key: float(np.mean([x[key] for x in logged])) for key in logged[0]}
-            rate = window_steps * config.batch_size * train_frames.views / (time.perf_counter() - window_start)
-            for key, value in means.items():
-                writer.add_scalar(key, value, trainer.step)
-            writer.add_scalar("train/lr", trainer.optimizer.param_groups[0]["lr"], trainer.step)
-            writer.add_scalar("time/images_per_s", rate, trainer.step)
+            lr = trainer.optimizer.param_groups[0]["lr"]
+            means, result.images_per_s = log.flush(trainer.step, lr, config.batch_size * train_frames.views)
             bar.set_postfix(loss=f"{means['train/loss']:.5f}")
-            result.loss, result.images_per_s = means["train/loss"], float(rate)
-            logged, window_start, window_steps = [], time.perf_counter(), 0
+            result.loss = means["train/loss"]
         if trainer.step % config.image_every == 0 or trainer.step == config.steps:
             picture = decomposition_picture(model, test_frames, shown)
             writer.add_image("images/decomposition", picture, trainer.step, dataformats="HWC")
         if config.eval_every and trainer.step % config.eval_every == 0 and trainer.step < config.steps:
-            scores = evaluate()
+            scores = evaluate(trainer.step)
             result.scores = scores.scalars()
             bar.write(f"step {trainer.step}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.scores.items()))
-            window_start, window_steps = time.perf_counter(), 0
+            log.restart()
         if trainer.step % config.checkpoint_every == 0:
             trainer.save(run_dir, dict(meta, steps=trainer.step))
     bar.close()
     trainer.save(run_dir, dict(meta, steps=trainer.step))
     save_encoder(model, run_dir / "final", dict(meta, steps=trainer.step))
-    scores = evaluate()
+    scores = evaluate(trainer.step)
     result.scores = scores.scalars()
     (run_dir / "scores.json").write_text(json.dumps({"steps": trainer.step, **scores.to_json()}, indent=2) + "\n")
     writer.close()

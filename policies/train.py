@@ -393,6 +393,36 @@ class TrainResult:
     bc_loss: float | None = None
 
 
+def _imitate(model: Any, config: TrainConfig, demos: Demos, run_dir: Path) -> float:
+    """The imitation stage before RL: BC on ``demos``, then DAgger (growing ``demos``); returns the BC loss.
+
+    Saves the policy as imitation left it (``run_dir/imitation``, for comparison with ``final/``) and the
+    grown demonstrations beside it, so that ``--resume`` after a crash in RL keeps the BC term's data;
+    with ``eval_every``, evaluates it (logged at step 0).
+    """
+    losses = pretrain_actor(model.actor, demos, config.bc_steps, seed=config.seed, progress=config.progress)
+    if config.dagger_iterations:
+        grown = dagger(
+            model.actor,
+            partial(_make_env, config),
+            demos,
+            config.dagger_iterations,
+            config.dagger_episodes,
+            config.dagger_steps,
+            seed=config.seed,
+            progress=config.progress,
+        )
+        demos.obs, demos.actions = grown.obs, grown.actions  # the BC term uses all
+    if config.algo == "td3":
+        model.actor_target.load_state_dict(model.actor.state_dict())
+    policy_from_model(model, policy_meta(config, model)).save(run_dir / "imitation")
+    demos.save(run_dir / "imitation" / DEMOS_FILE)
+    if config.eval_every:
+        run_periodic_eval(model, config, model.logger)
+        model.logger.dump(0)
+    return float(np.mean(losses[-100:]))
+
+
 def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
     """Run (or, with ``resume`` = a run directory, continue) one training run. Returns where it went.
 
@@ -438,28 +468,7 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
     if config.actor_warmup:
         callbacks.append(FreezeActorCallback(config.actor_warmup))
     if not run.resumed and demos is not None and config.bc_steps:
-        losses = pretrain_actor(model.actor, demos, config.bc_steps, seed=config.seed, progress=config.progress)
-        result.bc_loss = float(np.mean(losses[-100:]))
-        if config.dagger_iterations:
-            grown = dagger(
-                model.actor,
-                partial(_make_env, config),
-                demos,
-                config.dagger_iterations,
-                config.dagger_episodes,
-                config.dagger_steps,
-                seed=config.seed,
-                progress=config.progress,
-            )
-            demos.obs, demos.actions = grown.obs, grown.actions  # the BC term uses all
-        if config.algo == "td3":
-            model.actor_target.load_state_dict(model.actor.state_dict())
-        # The policy as imitation left it, before any RL update, for comparison with final/.
-        policy_from_model(model, policy_meta(config, model)).save(run_dir / "imitation")
-        demos.save(saved_demos)
-        if config.eval_every:  # what imitation alone achieved, before any RL update (logged at step 0)
-            run_periodic_eval(model, config, model.logger)
-            model.logger.dump(0)
+        result.bc_loss = _imitate(model, config, demos, run_dir)
     if not run.resumed:
         # Nothing done so far is lost if the run dies once RL has started: --resume starts from here.
         save_checkpoint(model, config, run_dir, config.save_replay)
