@@ -21,21 +21,16 @@ from ecrl.training import resume_config
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
-RELATIVE_GOALS = ("flat", "flat_40k", "hierarchical", "hierarchical_40k")
-"""``results/diffusion_hierarchical`` planners trained with the retired ``relative_goals=True`` (documented there)."""
-UNLOADABLE = {RESULTS / "diffusion_hierarchical" / name: "relative_goals=True" for name in RELATIVE_GOALS}
 SELECT_RUNS = {
     RESULTS / "rl_push2" / name / "policy": "select=True" for name in ("select", "select_seed1", "select_seed2")
 }
 """``results/rl_push2`` actors trained with the retired object scorer: their checkpoints were saved again without
 it (documented there), their training configs still name it."""
 UNLOADABLE_RUNS = (
-    UNLOADABLE | SELECT_RUNS | {RESULTS / "diffusion_push3" / "still_objects" / "policy": "still_objects=3"}
+    SELECT_RUNS | {RESULTS / "diffusion_push3" / "still_objects" / "policy": "still_objects=3"}
 )
-"""Training configs whose run used a retired option: the planners above, the selecting actors, and the
-still-objects trial."""
+"""Training configs whose run used a retired option: the selecting actors and the still-objects trial."""
 RECORD = {
-    "relative_goals=True": "results/diffusion_push3/README.md",
     "still_objects=3": "results/diffusion_push3/README.md",
     "select=True": "results/rl_push2/README.md",
 }
@@ -51,12 +46,8 @@ def _label(path: Path) -> str:
 
 
 @pytest.mark.parametrize("path", POLICIES, ids=_label)
-def test_every_committed_policy_loads_or_names_the_retired_option_it_used(path):
-    if path in UNLOADABLE:
-        with pytest.raises(CheckpointError, match=rf"relative_goals=True.*retired.*{RECORD['relative_goals=True']}"):
-            ecrl.load(path)
-    else:
-        assert ecrl.load(path).module is not None
+def test_every_committed_policy_loads(path):
+    assert ecrl.load(path).module is not None
 
 
 @pytest.mark.parametrize("path", ENCODERS, ids=_label)
