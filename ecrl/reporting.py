@@ -199,7 +199,8 @@ def benchmark_record(args: Any, command: str, result: dict[str, Any], wall_s: fl
 def run_benchmark(args: Any, command: str, bench: Any) -> dict[str, Any]:
     """The life of a benchmark, from ``bench`` (a benchmark module of ``ecrl.scripts``).
 
-    ``bench.measure(args)`` measures; ``bench.check_targets(args, result)`` (optional) checks the targets;
+    ``bench.measure(args)`` measures (the library's measurement, e.g. :func:`ecrl.envs.bench.measure`,
+    which the module imports; ``args`` is that measurement's config); ``bench.check_targets(args, result)`` (optional) checks the targets;
     the result goes through :func:`benchmark_record` (with ``bench.record_extra(args)``, optional) into
     ``args.out/<bench.JSON_NAME or bench.json>``, ``bench.plot(result, args, path)`` draws ``bench.FIGURE``,
     ``bench.write_readme(path, command, args, result)`` writes ``README.md``; ``bench.tables(result)`` is

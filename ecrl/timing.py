@@ -2,7 +2,9 @@
 
 Every timer runs its loop with the garbage collector paused (:func:`gc_paused`), so that a collection
 triggered by an earlier allocation does not land in one measurement and not another; repeats are then
-reduced with :func:`reduce_times` (``best``: the least disturbed run on a shared machine, or ``median``).
+reduced with :func:`reduce_times` (``best``: the least disturbed run on a shared machine, or ``median``),
+or :func:`reduce_rates` for rates (things per second). Calls timed one by one (:func:`call_ms`) are
+summarised by :func:`latency_stats`.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ import numpy as np
 from ecrl.envs.scene import SUBSTEPS
 
 __all__ = [
+    "call_ms",
     "gc_paused",
+    "latency_stats",
     "random_actions",
     "record_controls",
+    "reduce_rates",
     "reduce_times",
     "rollout_observations",
     "time_calls",
@@ -44,13 +49,32 @@ def gc_paused(fn: Callable[[], T]) -> T:
             gc.enable()
 
 
-def reduce_times(times: Sequence[float], how: Literal["best", "median"]) -> float:
-    """One number for repeated measurements: the smallest (``best``) or the median."""
+def _check_reduce(values: Sequence[float], how: str) -> None:
     if how not in ("best", "median"):
         raise ValueError(f"how must be 'best' or 'median', got {how!r}")
-    if not len(times):
+    if not len(values):
         raise ValueError("no measurements to reduce")
+
+
+def reduce_times(times: Sequence[float], how: Literal["best", "median"]) -> float:
+    """One number for repeated measurements: the smallest (``best``) or the median."""
+    _check_reduce(times, how)
     return float(min(times) if how == "best" else np.median(times))
+
+
+def reduce_rates(rates: Sequence[float], how: Literal["best", "median"]) -> float:
+    """One number for repeated rates (things per second): the largest (``best``) or the median."""
+    _check_reduce(rates, how)
+    return float(max(rates) if how == "best" else np.median(rates))
+
+
+def latency_stats(ms: Sequence[float], with_min: bool = False) -> dict[str, float]:
+    """``median_ms``, ``p90_ms`` (and the fastest, ``min_ms``, with ``with_min``) and ``calls`` of calls timed one
+    by one, ``ms`` in milliseconds."""
+    stats = {"median_ms": float(np.median(ms)), "p90_ms": float(np.percentile(ms, 90))}
+    if with_min:
+        stats["min_ms"] = float(np.min(ms))
+    return {**stats, "calls": len(ms)}
 
 
 def random_actions(space: gym.spaces.Box, count: int, seed: int) -> np.ndarray:
@@ -69,6 +93,11 @@ def time_calls(fn: Callable[[], Any], count: int) -> float:
         return time.perf_counter() - start
 
     return gc_paused(run) / count
+
+
+def call_ms(fn: Callable[[], Any]) -> float:
+    """Milliseconds of one call of ``fn`` (garbage collector paused)."""
+    return time_calls(fn, 1) * 1e3
 
 
 def time_steps(env: gym.Env, actions: np.ndarray, seed: int) -> float:

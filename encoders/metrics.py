@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +22,8 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 from torch import nn
+
+from ecrl.timing import reduce_times, time_calls
 
 __all__ = ["PositionProbe", "ProbeResult", "encode_rate", "fg_ari", "match_objects", "touching"]
 
@@ -186,9 +187,5 @@ def encode_rate(encode: Callable[[torch.Tensor], object], images: torch.Tensor, 
     """Camera images per second of ``encode(images)`` (``images: (B, V, 3, H, W)``), best of ``repeats``."""
     with torch.no_grad():
         encode(images)  # warm-up
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            encode(images)
-            best = min(best, time.perf_counter() - start)
+        best = reduce_times([time_calls(lambda: encode(images), 1) for _ in range(repeats)], "best")
     return images.shape[0] * images.shape[1] / best

@@ -2,17 +2,17 @@
 
 Subcommands:
     envs      env steps/s vs number of objects (gym.make and unwrapped), the raw-physics floor of the
-              same model, FetchPush-v4 for comparison, reset time, render fps (see `ecrl.scripts.bench_envs`)
+              same model, FetchPush-v4 for comparison, reset time, render fps (see `ecrl.envs.bench`)
     policies  SAC+HER gradient updates/s of SB3's MLP vs the EIT vs DeepSets, batch-1 actor latency at
-              N=12 (see `ecrl.scripts.bench_policies`)
+              N=12 (see `ecrl.policies.bench`)
     diffusion planning latency per env step at N=3 and N=12 (horizon, sampling steps, replan interval),
-              one denoiser call, training windows/s (see `ecrl.scripts.bench_diffusion`)
+              one denoiser call, training windows/s (see `ecrl.diffusion.bench`)
     planners  trained planners side by side on one task: success (95% CI) and planning ms per env step
-              (see `ecrl.scripts.bench_planners`)
+              (see `ecrl.diffusion.bench_planners`)
     encoders  object-centric encoders: held-out FG-ARI, object-position probe error (cm), encoded
-              images/s against MuJoCo rendering (see `ecrl.scripts.bench_encoders`)
+              images/s against MuJoCo rendering (see `ecrl.encoders.bench`)
     ogbench   the OGBench cube adapter's step time against OGBench's own env, steps/s for 2, 3, 4 and 8
-              cubes, play data steps/s (see `ecrl.scripts.bench_ogbench`; extra `ecrl[ogbench]`)
+              cubes, play data steps/s (see `ecrl.envs.ogbench_bench`; extra `ecrl[ogbench]`)
 
 Examples:
     # the full environment benchmark (about a minute on 2 cores) -> results/bench_envs/

@@ -1,13 +1,18 @@
-"""`ecrl-bench planners` compares two tiny saved planners end to end: success, planning time, denoiser calls."""
+"""The planners comparison: its measurement (:mod:`ecrl.diffusion.bench_planners`) called directly, and
+`ecrl-bench planners` end to end on two tiny saved planners: success, planning time, denoiser calls."""
 
 import json
 
+import numpy as np
 import pytest
 
+import ecrl
+from ecrl.diffusion.bench_planners import PlannersBenchConfig, TimedPolicy, measure
 from ecrl.diffusion.denoiser import DenoiserConfig
 from ecrl.diffusion.hierarchical import HierarchicalPlanner
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.train import planner_policy
+from ecrl.evaluation import EVAL_SEED
 from ecrl.scripts.bench import main
 from ecrl.scripts.bench_planners import PlannersArgs
 
@@ -70,3 +75,46 @@ def test_bench_planners_rejects_a_label_per_path_mismatch():
 def test_bench_planners_needs_objects_when_the_first_planner_has_no_training_task(tmp_path, planners):
     with pytest.raises(ValueError, match="--objects"):
         main(["planners", planners[1], "--episodes", "1", "--out", str(tmp_path / "out")])
+
+
+def test_planners_measure_evaluates_every_planner_on_every_part_and_n(planners):
+    config = PlannersBenchConfig(paths=tuple(planners), objects=(1, 2), goal="positions", episodes=2, batch_size=1)
+    result = measure(config)
+    assert result["task"] == {
+        "objects": [1, 2],
+        "goal": "positions",
+        "split": None,
+        "parts": ["train"],
+        "episodes": 2,
+        "seed": EVAL_SEED,
+        "batch_size": 1,
+        "stop_on_success": False,
+    }
+    # Labels: each planner's meta["arch"], else "planner"; kinds: meta["arch"], else the module's class.
+    planners_ = [(p["label"], p["kind"]) for p in result["planners"]]
+    assert planners_ == [("diffusion", "diffusion"), ("planner", "HierarchicalPlanner")]
+    cases = [(r["n_objects"], r["label"]) for r in result["results"]]
+    assert cases == [(1, "diffusion"), (1, "planner"), (2, "diffusion"), (2, "planner")]
+    for r in result["results"]:
+        assert r["batch"] == 1 and r["act_calls"] == 2 * r["horizon"]  # the 2 episodes one after the other
+        assert r["ms_per_episode_step_mean"] == pytest.approx(r["ms_per_step_mean"])  # batch 1
+        assert r["denoiser_calls"] > 0 and r["denoiser_calls_per_step"] == r["denoiser_calls"] / r["act_calls"]
+
+
+def test_a_timed_policy_counts_denoiser_passes_until_it_is_closed(planners):
+    policy = ecrl.load(planners[0])  # the flat planner: 2 DDIM steps, re-planning every step
+    timed = TimedPolicy(policy)
+    obs = {k: v[None] for k, v in _push_observation(2).items()}
+    timed.reset()
+    action = timed.act(obs)
+    assert action.shape == (1, 2) and timed.denoiser_calls == 2 and timed.has_denoisers
+    assert len(timed.calls) == 1 and timed.calls[0][0] > 0 and timed.calls[0][1] == 1  # (ms, batch)
+    timed.close()
+    policy.act(obs)
+    assert timed.denoiser_calls == 2  # the hooks are gone
+
+
+def _push_observation(n: int) -> dict[str, np.ndarray]:
+    from ecrl.timing import rollout_observations
+
+    return rollout_observations(n, 1, seed=0)[0]

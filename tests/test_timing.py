@@ -1,6 +1,7 @@
 """The timers behind ``ecrl-bench``: what they count, and that the physics floor replays the env's own physics."""
 
 import gc
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -8,9 +9,12 @@ import pytest
 
 import ecrl.envs  # noqa: F401  (registers ecrl/Push-v0)
 from ecrl.timing import (
+    call_ms,
     gc_paused,
+    latency_stats,
     random_actions,
     record_controls,
+    reduce_rates,
     reduce_times,
     rollout_observations,
     time_calls,
@@ -26,6 +30,28 @@ def test_reduce_times_takes_the_best_or_the_median_and_refuses_anything_else():
         reduce_times([1.0], "mean")
     with pytest.raises(ValueError, match="no measurements"):
         reduce_times([], "best")
+
+
+def test_reduce_rates_takes_the_largest_or_the_median_and_refuses_anything_else():
+    assert reduce_rates([3.0, 1.0, 2.0, 10.0], "best") == 10.0
+    assert reduce_rates([3.0, 1.0, 2.0], "median") == 2.0
+    with pytest.raises(ValueError, match="'best' or 'median'"):
+        reduce_rates([1.0], "max")
+    with pytest.raises(ValueError, match="no measurements"):
+        reduce_rates([], "median")
+
+
+def test_latency_stats_summarise_calls_timed_one_by_one():
+    ms = [float(k) for k in range(1, 11)]  # 1 … 10 ms
+    assert latency_stats(ms) == {"median_ms": 5.5, "p90_ms": pytest.approx(9.1), "calls": 10}
+    stats = latency_stats(ms, with_min=True)
+    assert list(stats) == ["median_ms", "p90_ms", "min_ms", "calls"] and stats["min_ms"] == 1.0
+
+
+def test_call_ms_times_one_call_in_milliseconds():
+    calls = []
+    ms = call_ms(lambda: calls.append(gc.isenabled()) or time.sleep(0.01))
+    assert calls == [False] and 10 <= ms < 1000
 
 
 def test_gc_is_paused_inside_a_timer_and_restored_after():
