@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_retired import UNLOADABLE
 
 import ecrl
 from ecrl import checkpoint
@@ -22,7 +21,6 @@ COMMITTED = sorted(
     str(p.relative_to(RESULTS))
     for pattern in (POLICY.config, ENCODER.config, DENOISER.config)
     for p in RESULTS.glob(f"**/{pattern}")
-    if p.parent not in UNLOADABLE  # saved with a retired option's behaviour: test_retired checks their error
 )
 ACTOR = {"net": {"arch": "eit", "width": 8, "heads": 1, "blocks": 1}, "action_dim": 2, "stochastic": False}
 
