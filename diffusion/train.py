@@ -24,7 +24,7 @@ import json
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,16 +36,16 @@ from tqdm.auto import tqdm
 
 from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
 from ecrl.datasets import DemoDataset, read_meta
-from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser
+from ecrl.diffusion.denoiser import DenoiserConfig
 from ecrl.diffusion.ema import EMA
 from ecrl.diffusion.hierarchical import HierarchicalPlanner, segment_windows, subgoal_windows
 from ecrl.diffusion.noise import LossTerms, loss
 from ecrl.diffusion.pixels import LatentWindows, PixelPlanner
 from ecrl.diffusion.planner import DiffusionPlanner
+from ecrl.diffusion.warm_start import init_from, planner_denoisers
 from ecrl.encoders import load_encoder
 from ecrl.evaluation import evaluate, log_tensorboard, scalars
 from ecrl.policy import Policy
-from ecrl.policy import load as load_policy
 from ecrl.training import RunOptions, WindowLog, append_csv, close_run, open_run, start_run, torch_device, warmup_cosine
 
 __all__ = ["DiffusionTrainConfig", "DiffusionTrainResult", "planner_policy", "train"]
@@ -229,47 +229,6 @@ def planner_policy(planner: DiffusionPlanner | HierarchicalPlanner, meta: dict[s
     return Policy(planner, -ones, ones, meta, builder, planner.kwargs)
 
 
-def _denoisers(planner: DiffusionPlanner | HierarchicalPlanner) -> dict[str, EntityDenoiser]:
-    """A planner's denoisers by checkpoint name: ``{"": …}`` (flat) or ``{"high": …, "low": …}``."""
-    if isinstance(planner, HierarchicalPlanner):
-        return {"high": planner.high, "low": planner.low}
-    return {"": planner.denoiser}
-
-
-def _init_from(models: dict[str, EntityDenoiser], path: Path, device: torch.device) -> None:
-    """Copy the denoiser weights of the saved planner at ``path`` into ``models``.
-
-    The saved planner is of the same kind with the same denoiser configs, or flat when ``models``
-    are a hierarchical planner's: its denoiser then starts both levels, whose configs may differ
-    from it in ``horizon`` only; the learned step embedding's rows are copied where both have them
-    (the others keep their sinusoidal start). Anything else is a ``ValueError``.
-    """
-    module = load_policy(path, device=device).module
-    if not isinstance(module, DiffusionPlanner | HierarchicalPlanner):
-        raise ValueError(f"--init-from {path}: expected a saved state planner, got a {type(module).__name__}")
-    saved = _denoisers(module)
-    flat_to_levels = saved.keys() == {""} and models.keys() == {"high", "low"}
-    if saved.keys() != models.keys() and not flat_to_levels:
-        kind = "hierarchical" if "high" in saved else "flat"
-        raise ValueError(f"--init-from {path}: that is a {kind} planner; this run trains another kind")
-    for name, model in models.items():
-        source = saved[""] if flat_to_levels else saved[name]
-        mine, theirs = asdict(model.config), asdict(source.config)
-        differ = {
-            k: (theirs[k], mine[k]) for k in mine if mine[k] != theirs[k] and not (flat_to_levels and k == "horizon")
-        }
-        if differ:
-            level = f" ({name} level)" if name else ""
-            raise ValueError(
-                f"--init-from {path}: its denoiser differs from this run's{level}, (saved, here): {differ}"
-            )
-        weights = dict(source.state_dict())
-        steps = min(len(weights["step_embedding"]), len(model.step_embedding))
-        weights["step_embedding"] = model.step_embedding.detach().clone()
-        weights["step_embedding"][:steps] = source.step_embedding.detach()[:steps]
-        model.load_state_dict(weights)
-
-
 class _Trainer:
     """The state of a run: planner (whose denoisers are trained), their EMA copies, optimizer, step, samplers."""
 
@@ -280,9 +239,9 @@ class _Trainer:
         self.pixels = pixels
         self.entity_dim = pixels[0].entity_dim if pixels else 0
         self.planner = config.make_planner(self.entity_dim).to(device)
-        self.models = _denoisers(self.planner)
+        self.models = planner_denoisers(self.planner)
         if config.init_from is not None:
-            _init_from(self.models, config.init_from, device)
+            init_from(self.models, config.init_from, device)
         self.emas = {name: EMA(model, config.ema_decay) for name, model in self.models.items()}
         parameters = [p for model in self.models.values() for p in model.parameters()]
         self.optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
@@ -292,7 +251,7 @@ class _Trainer:
 
     def ema_planner(self) -> DiffusionPlanner | HierarchicalPlanner:
         planner = self.config.make_planner(self.entity_dim)
-        for name, model in _denoisers(planner).items():
+        for name, model in planner_denoisers(planner).items():
             model.load_state_dict(self.emas[name].model.state_dict())
         return planner.to(self.device).eval()
 
