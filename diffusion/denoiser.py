@@ -386,7 +386,10 @@ class EntityDenoiser(nn.Module):
         entity_keys = mask[:, None].expand(-1, steps, -1) if valid is None else mask[:, None] & valid[..., None]
         action_keys = mask.new_ones(batch, horizon) if valid is None else valid[:, 1:]
         keys = torch.cat([rearrange(entity_keys, "b t n -> b (t n)"), action_keys, goal_mask], dim=1)
-        keys = None if bool(keys.all()) else keys  # no mask lets attention take its fastest kernel
+        # No mask lets attention take its fastest kernel. Finding out reads the mask on the host: free on the
+        # CPU, but a wait for the device on every call on CUDA (and a graph break when compiled), so not there.
+        if keys.device.type == "cpu" and not torch.compiler.is_compiling() and bool(keys.all()):
+            keys = None
         condition = F.silu(self.embed_time(sinusoid(t, config.width)))
         for block in self.blocks:
             x = block(x, condition, keys)

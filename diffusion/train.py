@@ -16,6 +16,12 @@ evaluation), ``checkpoints/latest/`` (the EMA planner as an ``ecrl.load``-able p
 ``training.safetensors`` + ``training.json``: weights, EMA weights, optimizer, step counter and
 the window sampler's state), ``final/`` (the EMA planner) and ``sessions.jsonl`` (one line per
 start or resume). ``--resume RUN`` continues a killed run from its last checkpoint.
+
+Under ``torchrun --nproc-per-node K`` the run is data-parallel (:mod:`ecrl.distributed`):
+``batch_size`` stays the global batch, each process draws ``batch_size / K`` windows per level from
+its own samplers (rank 0's seeded as a single process's), DDP averages the gradients, every process
+updates the same EMA, and rank 0 alone logs (the losses averaged over the processes), evaluates and
+saves (with every rank's sampler state, so ``--resume`` under torchrun continues each of them).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import json
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,25 +40,39 @@ from safetensors.torch import load_file, save_file
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 
+from ecrl import distributed
 from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
 from ecrl.datasets import DemoDataset, read_meta
-from ecrl.diffusion.denoiser import DenoiserConfig, EntityDenoiser
+from ecrl.diffusion.denoiser import DenoiserConfig
 from ecrl.diffusion.ema import EMA
 from ecrl.diffusion.hierarchical import HierarchicalPlanner, segment_windows, subgoal_windows
 from ecrl.diffusion.noise import LossTerms, loss
 from ecrl.diffusion.pixels import LatentWindows, PixelPlanner
 from ecrl.diffusion.planner import DiffusionPlanner
+from ecrl.diffusion.warm_start import init_from, planner_denoisers
+from ecrl.distributed import World
 from ecrl.encoders import load_encoder
 from ecrl.evaluation import evaluate, log_tensorboard, scalars
 from ecrl.policy import Policy
-from ecrl.policy import load as load_policy
-from ecrl.training import RunOptions, WindowLog, append_csv, close_run, open_run, start_run, torch_device, warmup_cosine
+from ecrl.training import (
+    ComputeOptions,
+    Run,
+    WindowLog,
+    append_csv,
+    autocast,
+    close_run,
+    compiled,
+    open_run,
+    start_run,
+    torch_device,
+    warmup_cosine,
+)
 
 __all__ = ["DiffusionTrainConfig", "DiffusionTrainResult", "planner_policy", "train"]
 
 
 @dataclass
-class DiffusionTrainConfig(RunOptions):
+class DiffusionTrainConfig(ComputeOptions):
     """A diffusion-planner training run (every field is a command-line option of ``ecrl-train-diffusion``).
 
     The defaults are the recipe of ``results/diffusion_push3``: a small denoiser and many updates.
@@ -93,7 +113,7 @@ class DiffusionTrainConfig(RunOptions):
     steps: int = 120_000
     """Budget: gradient steps (the default takes about 45 minutes on one CPU core)."""
     batch_size: int = 128
-    """Windows per gradient step."""
+    """Windows per gradient step (per level), over all processes: under torchrun with K processes each draws batch_size / K."""
     lr: float = 1e-3
     """Peak learning rate (AdamW), reached after ``warmup`` steps, then cosine decay to a tenth."""
     warmup: int = 500
@@ -120,6 +140,7 @@ class DiffusionTrainConfig(RunOptions):
     """Gradient steps between tensorboard scalars."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         problems = []
         for name in ("steps", "batch_size", "sampling_steps", "replan_every", "eval_episodes"):
             if getattr(self, name) < 1:
@@ -229,70 +250,44 @@ def planner_policy(planner: DiffusionPlanner | HierarchicalPlanner, meta: dict[s
     return Policy(planner, -ones, ones, meta, builder, planner.kwargs)
 
 
-def _denoisers(planner: DiffusionPlanner | HierarchicalPlanner) -> dict[str, EntityDenoiser]:
-    """A planner's denoisers by checkpoint name: ``{"": …}`` (flat) or ``{"high": …, "low": …}``."""
-    if isinstance(planner, HierarchicalPlanner):
-        return {"high": planner.high, "low": planner.low}
-    return {"": planner.denoiser}
-
-
-def _init_from(models: dict[str, EntityDenoiser], path: Path, device: torch.device) -> None:
-    """Copy the denoiser weights of the saved planner at ``path`` into ``models``.
-
-    The saved planner is of the same kind with the same denoiser configs, or flat when ``models``
-    are a hierarchical planner's: its denoiser then starts both levels, whose configs may differ
-    from it in ``horizon`` only; the learned step embedding's rows are copied where both have them
-    (the others keep their sinusoidal start). Anything else is a ``ValueError``.
-    """
-    module = load_policy(path, device=device).module
-    if not isinstance(module, DiffusionPlanner | HierarchicalPlanner):
-        raise ValueError(f"--init-from {path}: expected a saved state planner, got a {type(module).__name__}")
-    saved = _denoisers(module)
-    flat_to_levels = saved.keys() == {""} and models.keys() == {"high", "low"}
-    if saved.keys() != models.keys() and not flat_to_levels:
-        kind = "hierarchical" if "high" in saved else "flat"
-        raise ValueError(f"--init-from {path}: that is a {kind} planner; this run trains another kind")
-    for name, model in models.items():
-        source = saved[""] if flat_to_levels else saved[name]
-        mine, theirs = asdict(model.config), asdict(source.config)
-        differ = {
-            k: (theirs[k], mine[k]) for k in mine if mine[k] != theirs[k] and not (flat_to_levels and k == "horizon")
-        }
-        if differ:
-            level = f" ({name} level)" if name else ""
-            raise ValueError(
-                f"--init-from {path}: its denoiser differs from this run's{level}, (saved, here): {differ}"
-            )
-        weights = dict(source.state_dict())
-        steps = min(len(weights["step_embedding"]), len(model.step_embedding))
-        weights["step_embedding"] = model.step_embedding.detach().clone()
-        weights["step_embedding"][:steps] = source.step_embedding.detach()[:steps]
-        model.load_state_dict(weights)
-
-
 class _Trainer:
-    """The state of a run: planner (whose denoisers are trained), their EMA copies, optimizer, step, samplers."""
+    """The state of a run: planner (whose denoisers are trained), their EMA copies, optimizer, step, samplers.
 
-    def __init__(self, config: DiffusionTrainConfig, device: torch.device, pixels: tuple | None = None) -> None:
+    In a process of a data-parallel run (``world``), ``forward`` holds the denoisers behind DDP (and
+    ``torch.compile`` with ``config.compile``); ``models`` are the plain modules, saved and averaged.
+    """
+
+    def __init__(
+        self,
+        config: DiffusionTrainConfig,
+        device: torch.device,
+        pixels: tuple | None = None,
+        world: World | None = None,
+    ) -> None:
         torch.manual_seed(config.seed)
+        world = world or World()
         self.config, self.device = config, device
         # Planning from pixels: (frozen encoder, LatentWindows, {"size", "cameras"}); None for state entities.
         self.pixels = pixels
         self.entity_dim = pixels[0].entity_dim if pixels else 0
         self.planner = config.make_planner(self.entity_dim).to(device)
-        self.models = _denoisers(self.planner)
+        self.models = planner_denoisers(self.planner)
         if config.init_from is not None:
-            _init_from(self.models, config.init_from, device)
+            init_from(self.models, config.init_from, device)
         self.emas = {name: EMA(model, config.ema_decay) for name, model in self.models.items()}
+        # The null goal token is trained only with goal dropout (never by the hierarchical planner).
+        unused = config.planner == "hierarchical" or config.goal_dropout == 0
+        replicas = {name: distributed.replicate(m, world, find_unused=unused) for name, m in self.models.items()}
+        self.forward = {name: compiled(m, config.compile) for name, m in replicas.items()}
         parameters = [p for model in self.models.values() for p in model.parameters()]
         self.optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=config.weight_decay)
-        self.step = 0
-        self.rng = np.random.default_rng(config.seed)
-        self.generator = torch.Generator(device).manual_seed(config.seed)
+        self.step, self.batch_size = 0, distributed.split_batch(config.batch_size, world)
+        self.rng = np.random.default_rng(distributed.rank_seed(config.seed, world.rank))
+        self.generator = torch.Generator(device).manual_seed(distributed.rank_seed(config.seed, world.rank))
 
     def ema_planner(self) -> DiffusionPlanner | HierarchicalPlanner:
         planner = self.config.make_planner(self.entity_dim)
-        for name, model in _denoisers(planner).items():
+        for name, model in planner_denoisers(planner).items():
             model.load_state_dict(self.emas[name].model.state_dict())
         return planner.to(self.device).eval()
 
@@ -312,29 +307,48 @@ class _Trainer:
 
     def losses(self, dataset: DemoDataset | LatentWindows) -> dict[str, LossTerms]:
         """One batch's loss terms per denoiser (``""`` flat; ``"high"`` and ``"low"`` hierarchical)."""
-        config, rng = self.config, self.rng
+        config, rng, batch_size, models = self.config, self.rng, self.batch_size, self.forward
 
         def tensors(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
             return {k: torch.as_tensor(np.ascontiguousarray(v), device=self.device) for k, v in batch.items()}
 
         if config.planner == "flat":
-            batch = tensors(dataset.sample_windows(config.batch_size, config.denoiser.horizon, rng))
-            return {
-                "": loss(self.models[""], batch, self.generator, config.action_weight, goal_dropout=config.goal_dropout)
-            }
+            batch = tensors(dataset.sample_windows(batch_size, config.denoiser.horizon, rng))
+            return {"": loss(models[""], batch, self.generator, config.action_weight, goal_dropout=config.goal_dropout)}
         k, hh = config.subgoal_every, config.subgoal_horizon
-        high = subgoal_windows(dataset.sample_windows(config.batch_size, k * hh, rng), k, dataset.success)
-        low = segment_windows(dataset.sample_windows(config.batch_size, k, rng), dataset.success)
+        high = subgoal_windows(dataset.sample_windows(batch_size, k * hh, rng), k, dataset.success)
+        low = segment_windows(dataset.sample_windows(batch_size, k, rng), dataset.success)
         return {
-            "high": loss(self.models["high"], tensors(high), self.generator, config.subgoal_action_weight),
-            "low": loss(self.models["low"], tensors(low), self.generator, config.action_weight, given_last=True),
+            "high": loss(models["high"], tensors(high), self.generator, config.subgoal_action_weight),
+            "low": loss(models["low"], tensors(low), self.generator, config.action_weight, given_last=True),
         }
+
+    def update(self, source: DemoDataset | LatentWindows) -> dict[str, LossTerms]:
+        """One gradient step: learning rate, loss, clipped gradients, AdamW, EMA; returns its loss terms."""
+        config = self.config
+        for group in self.optimizer.param_groups:
+            group["lr"] = config.lr * warmup_cosine(self.step, config.warmup, config.steps)
+        with autocast(config.precision, self.device):
+            terms = self.losses(source)
+        self.optimizer.zero_grad(set_to_none=True)
+        sum(t.total for t in terms.values()).backward()
+        for model in self.models.values():
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        self.optimizer.step()
+        for name, model in self.models.items():
+            self.emas[name].update(model)
+        self.step += 1
+        return terms
 
     @staticmethod
     def _prefix(kind: str, name: str) -> str:
         return f"{kind}.{name}." if name else f"{kind}."
 
-    def save(self, run_dir: Path, meta: dict[str, Any]) -> Path:
+    def save(self, run_dir: Path, meta: dict[str, Any]) -> Path | None:
+        """Write ``checkpoints/latest`` (on rank 0; every process calls it, to hand over its samplers)."""
+        samplers = distributed.sampler_checkpoint(self.rng, self.generator.get_state(), "generator")
+        if samplers is None:
+            return None
         root = run_dir / "checkpoints"
         root.mkdir(parents=True, exist_ok=True)
         tmp = root / f".tmp_{self.step}"
@@ -348,8 +362,8 @@ class _Trainer:
         opt_tensors, opt_meta = optimizer_state(self.optimizer, "opt")
         tensors |= opt_tensors
         tensors["generator"] = self.generator.get_state()
-        save_file(tensors, str(tmp / "training.safetensors"))
-        state = {"step": self.step, "optimizer": opt_meta, "rng": self.rng.bit_generator.state}
+        save_file(tensors | samplers[0], str(tmp / "training.safetensors"))
+        state = {"step": self.step, "optimizer": opt_meta, "rng": self.rng.bit_generator.state, **samplers[1]}
         (tmp / "training.json").write_text(json.dumps(state, indent=1) + "\n")
         return replace_dir(tmp, root / "latest")
 
@@ -363,8 +377,11 @@ class _Trainer:
                 prefix = self._prefix(kind, name)
                 target.load_state_dict({k.removeprefix(prefix): v for k, v in tensors.items() if k.startswith(prefix)})
         load_optimizer_state(self.optimizer, tensors, state["optimizer"], "opt")
-        self.generator.set_state(tensors["generator"])
-        self.rng.bit_generator.state = state["rng"]
+        sampler = distributed.restore_sampler(self.rng, state, tensors, "generator", self.config.seed)
+        if isinstance(sampler, int):
+            self.generator.manual_seed(sampler)
+        else:
+            self.generator.set_state(sampler)
         self.step = int(state["step"])
 
 
@@ -389,14 +406,16 @@ def _evaluate(trainer: _Trainer, task: dict[str, Any], writer: SummaryWriter, ru
     return {f"{r.part}/n{r.n_objects}": float(np.mean(r.success)) for r in report.results}
 
 
-def _scalars(terms: dict[str, LossTerms]) -> dict[str, float]:
-    """Tensorboard scalars of one step's losses: ``train/loss`` (the sum), and each part per level."""
-    scalars = {"train/loss": sum(t.total.item() for t in terms.values())}
-    for name, t in terms.items():
+def _scalars(terms: dict[str, LossTerms]) -> dict[str, torch.Tensor]:
+    """Tensorboard scalars of one step's losses, left on the device: ``train/loss`` (the sum, in float64
+    as the Python sum of the levels' floats was), and each part per level."""
+    totals = [t.total.detach() for t in terms.values()]
+    scalars = {"train/loss": torch.stack(totals).double().sum()}
+    for (name, t), total in zip(terms.items(), totals, strict=True):
         level = f"train/{name}/" if name else "train/"
         if name:
-            scalars[level + "loss"] = t.total.item()
-        scalars |= {level + "state_loss": t.states.item(), level + "action_loss": t.actions.item()}
+            scalars[level + "loss"] = total
+        scalars |= {level + "state_loss": t.states, level + "action_loss": t.actions}
     return scalars
 
 
@@ -430,12 +449,19 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
     """Train (or, with ``resume``, continue) a diffusion planner; returns what the run did.
 
     With ``resume`` (a run directory) the run's own ``config.json`` is used, except for ``steps``,
-    which may be raised to extend a finished run, and ``threads``, ``device`` and ``progress``.
+    which may be raised to extend a finished run, and how it runs (``threads``, ``device``,
+    ``progress``, ``precision``, ``compile``). Under ``torchrun`` every process calls it and trains
+    its share of each batch (see the module's docstring).
     """
     algo = lambda c: "diffusion" if c.planner == "flat" else "hdiffusion"  # noqa: E731
     run = start_run(DiffusionTrainConfig, config, resume, "a diffusion", lambda c: f"{c.dataset.name}__{algo(c)}")
-    config = run.config
-    device = torch_device(config.device)
+    with distributed.session(torch_device(run.config.device)) as (world, device):
+        run.dir = distributed.broadcast(run.dir)  # a new run's name has the time in it: rank 0's
+        return _train(run, world, device)
+
+
+def _train(run: Run, world: World, device: torch.device) -> DiffusionTrainResult:
+    config, main = run.config, world.main
     dataset = DemoDataset(config.dataset)
     if len(dataset) == 0:
         raise ValueError(f"dataset {config.dataset} holds no episodes")
@@ -444,32 +470,25 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
     pixels = None
     if config.encoder is not None:
         encoder = load_encoder(config.encoder, device)
-        source = LatentWindows(dataset, encoder, device, progress=config.progress)
+        source = LatentWindows(dataset, encoder, device, progress=config.progress and main)
         pixels = (encoder, source, {"size": int(dataset.pixel_meta["size"]), "cameras": list(dataset.cameras)})
-    trainer = _Trainer(config, device, pixels)
-    run_dir = run.dir
+    trainer = _Trainer(config, device, pixels, world)
     if run.resumed:
         trainer.load(run.checkpoint)
-    open_run(run, trainer.step)
     meta = _run_meta(config, len(dataset), task)
-    writer = SummaryWriter(str(run_dir / "tb"))
-    result = DiffusionTrainResult(run_dir=run_dir, steps=trainer.step, wall_s=0.0)
+    writer = None
+    if main:
+        open_run(run, trainer.step, **world.describe(config.batch_size))
+        writer = SummaryWriter(str(run.dir / "tb"))
+    result = DiffusionTrainResult(run_dir=run.dir, steps=trainer.step, wall_s=0.0)
     start, log = time.perf_counter(), WindowLog(writer, "time/windows_per_s")
-    bar = tqdm(total=config.steps, initial=trainer.step, desc="diffusion", unit="step", disable=not config.progress)
+    bar = tqdm(
+        total=config.steps, initial=trainer.step, desc="diffusion", unit="step", disable=not (config.progress and main)
+    )
     for model in trainer.models.values():
         model.train()
     while trainer.step < config.steps:
-        for group in trainer.optimizer.param_groups:
-            group["lr"] = config.lr * warmup_cosine(trainer.step, config.warmup, config.steps)
-        terms = trainer.losses(source)
-        trainer.optimizer.zero_grad(set_to_none=True)
-        sum(t.total for t in terms.values()).backward()
-        for model in trainer.models.values():
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        trainer.optimizer.step()
-        for name, model in trainer.models.items():
-            trainer.emas[name].update(model)
-        trainer.step += 1
+        terms = trainer.update(source)
         log.add(_scalars(terms))
         bar.update(1)
         if trainer.step % config.log_every == 0 or trainer.step == config.steps:
@@ -479,17 +498,20 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
             bar.set_postfix({k.removeprefix("train/"): f"{means[k]:.4f}" for k in shown})
             result.loss = means["train/loss"]
         if config.eval_every and (trainer.step % config.eval_every == 0 or trainer.step == config.steps):
-            result.eval = _evaluate(trainer, task, writer, run_dir)
-            bar.write(f"step {trainer.step}: success " + ", ".join(f"{k} {v:.2f}" for k, v in result.eval.items()))
-            for model in trainer.models.values():
-                model.train()
+            if main:
+                result.eval = _evaluate(trainer, task, writer, run.dir)
+                bar.write(f"step {trainer.step}: success " + ", ".join(f"{k} {v:.2f}" for k, v in result.eval.items()))
+                for model in trainer.models.values():
+                    model.train()
             log.restart()
         if config.checkpoint_every and trainer.step % config.checkpoint_every == 0:
-            trainer.save(run_dir, dict(meta, steps=trainer.step))
+            trainer.save(run.dir, dict(meta, steps=trainer.step))
     bar.close()
-    trainer.save(run_dir, dict(meta, steps=trainer.step))
-    trainer.policy(dict(meta, steps=trainer.step)).save(run_dir / "final")
-    writer.close()
+    trainer.save(run.dir, dict(meta, steps=trainer.step))
+    if main:
+        trainer.policy(dict(meta, steps=trainer.step)).save(run.dir / "final")
+        writer.close()
     result.steps, result.wall_s = trainer.step, time.perf_counter() - start
-    close_run(run, trainer.step, result.wall_s)
+    if main:
+        close_run(run, trainer.step, result.wall_s)
     return result

@@ -1,6 +1,8 @@
 """What the library's three trainings (RL, diffusion, encoders) share: one way to start, resume, open
 and close a run (:func:`start_run`, :func:`open_run`, :func:`close_run`), the learning-rate schedule,
-the progress CSV."""
+the progress CSV, the windowed loss log, and the precision and ``torch.compile`` options of the
+trainings written as plain torch loops (:class:`ComputeOptions`). Running them on several processes
+is :mod:`ecrl.distributed`."""
 
 from __future__ import annotations
 
@@ -10,20 +12,26 @@ import math
 import time
 import typing
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from torch import nn
 
+from ecrl.distributed import mean_over_ranks
 from ecrl.reporting import provenance
 from ecrl.retired import drop_retired
 
 __all__ = [
+    "ComputeOptions",
     "Run",
     "RunOptions",
     "append_csv",
+    "autocast",
     "close_run",
+    "compiled",
     "open_run",
     "parse_assignment",
     "resume_config",
@@ -73,7 +81,8 @@ def resume_config(cls: type, given: Any, run_dir: Path, what: str) -> Any:
     """The config of the run in ``run_dir`` (``cls.from_json`` of its ``config.json``), for a resumed run.
 
     The experiment stays the run's own; from ``given`` (this call's config) come a larger ``steps``
-    (to extend a finished run) and where and how it runs: ``threads``, ``device``, ``progress``.
+    (to extend a finished run) and where and how it runs: ``threads``, ``device``, ``progress`` and,
+    for the configs that have them, ``precision`` and ``compile``.
     """
     saved = Path(run_dir) / "config.json"
     if not saved.exists():
@@ -82,8 +91,13 @@ def resume_config(cls: type, given: Any, run_dir: Path, what: str) -> Any:
         )
     config = cls.from_json(json.loads(saved.read_text()))
     config.steps = max(config.steps, given.steps)
-    config.threads, config.device, config.progress = given.threads, given.device, given.progress
+    for name in _HOW_IT_RUNS:
+        if hasattr(given, name):
+            setattr(config, name, getattr(given, name))
     return config
+
+
+_HOW_IT_RUNS = ("threads", "device", "progress", "precision", "compile")
 
 
 def torch_device(name: str) -> torch.device:
@@ -125,15 +139,18 @@ def start_run(cls: type, config: Any, resume: Path | None, what: str, stem: Call
     return run
 
 
-def open_run(run: Run, step: int) -> None:
-    """Create a new run's directory (``config.json``, ``provenance.json``) and log the session's start at ``step``."""
+def open_run(run: Run, step: int, **record: Any) -> None:
+    """Create a new run's directory (``config.json``, ``provenance.json``) and log the session's start at
+    ``step`` in ``sessions.jsonl``, with how it runs (device, threads, … which a resumed run may change)
+    and ``record`` (e.g. how many processes share the batch)."""
     if not run.resumed:
         if run.dir.exists():
             raise FileExistsError(f"run directory {run.dir} exists; pick another --name or pass --resume {run.dir}")
         run.dir.mkdir(parents=True)
         (run.dir / "config.json").write_text(json.dumps(run.config.to_json(), indent=2) + "\n")
         (run.dir / "provenance.json").write_text(json.dumps(provenance(), indent=2) + "\n")
-    _session(run.dir, {"start_step": step, "time": time.time(), "resumed": run.resumed})
+    how = {name: getattr(run.config, name) for name in _HOW_IT_RUNS if hasattr(run.config, name)}
+    _session(run.dir, {"start_step": step, "time": time.time(), "resumed": run.resumed, **how, **record})
 
 
 def close_run(run: Run, step: int, wall_s: float, **summary: Any) -> None:
@@ -144,37 +161,60 @@ def close_run(run: Run, step: int, wall_s: float, **summary: Any) -> None:
 class WindowLog:
     """Means of the losses of the training steps since the last :meth:`flush`, and their rate.
 
+    The losses stay tensors (on their device) until :meth:`flush`, which reads them to the host in one
+    transfer: a step then never waits for the device. Under ``torchrun`` the means are averaged over
+    the processes at :meth:`flush` (every process flushes at the same steps); only the process that
+    has a ``writer`` (rank 0) writes them.
+
     Example:
         >>> log = WindowLog(writer, "time/windows_per_s")
-        >>> log.add({"train/loss": 0.5})          # every step
+        >>> log.add({"train/loss": loss.detach()})  # every step
         >>> means, rate = log.flush(step, lr, 128)  # every log_every steps: writes means, lr and rate
     """
 
-    def __init__(self, writer: Any, rate_name: str) -> None:
+    def __init__(self, writer: Any | None, rate_name: str) -> None:
         self.writer, self.rate_name = writer, rate_name
-        self.rows: list[dict[str, float]] = []
+        self.rows: list[dict[str, float | torch.Tensor]] = []
         self.restart()
 
     def restart(self) -> None:
         """Start a new window (after work that is not training, such as an evaluation)."""
         self.start, self.steps = time.perf_counter(), 0
 
-    def add(self, scalars: Mapping[str, float]) -> None:
-        """Record one training step's scalars."""
+    def add(self, scalars: Mapping[str, float | torch.Tensor]) -> None:
+        """Record one training step's scalars (floats or 0-d tensors, which are not read until :meth:`flush`)."""
         self.rows.append(dict(scalars))
         self.steps += 1
 
     def flush(self, step: int, lr: float, items_per_step: int) -> tuple[dict[str, float], float]:
-        """Write the window's means, ``train/lr`` and the rate (items/s) at ``step``; start a new window."""
-        means = {key: float(sum(r[key] for r in self.rows) / len(self.rows)) for key in self.rows[0]}
+        """Write the window's means, ``train/lr`` and the rate (items/s; ``items_per_step`` counts every
+        process's items) at ``step``; start a new window."""
+        rows = _on_host(self.rows)
+        means = mean_over_ranks({key: float(sum(r[key] for r in rows) / len(rows)) for key in rows[0]})
         rate = self.steps * items_per_step / max(time.perf_counter() - self.start, 1e-9)
-        for key, value in means.items():
-            self.writer.add_scalar(key, value, step)
-        self.writer.add_scalar("train/lr", lr, step)
-        self.writer.add_scalar(self.rate_name, rate, step)
+        if self.writer is not None:
+            for key, value in means.items():
+                self.writer.add_scalar(key, value, step)
+            self.writer.add_scalar("train/lr", lr, step)
+            self.writer.add_scalar(self.rate_name, rate, step)
         self.rows = []
         self.restart()
         return means, float(rate)
+
+
+def _on_host(rows: list[dict[str, float | torch.Tensor]]) -> list[dict[str, float]]:
+    """``rows`` with every value a Python float, read from the device in one transfer.
+
+    Each value goes through float64 (exact for float32), so a value is the float ``v.item()`` gives.
+    """
+    keys = list(rows[0])
+    values = [r[k] for r in rows for k in keys]
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if tensors:
+        device = tensors[0].device
+        values = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) for v in values]).tolist()
+    it = iter(values)
+    return [{k: float(next(it)) for k in keys} for _ in rows]
 
 
 def _session(run_dir: Path, record: Mapping[str, Any]) -> None:
@@ -188,7 +228,7 @@ class RunOptions:
     of the experiment, so a resumed run takes ``device``, ``threads`` and ``progress`` from the new call."""
 
     device: str = "auto"
-    """torch device: auto (CUDA if available), cpu, cuda, cuda:1, ..."""
+    """torch device: auto (CUDA if available), cpu, cuda, cuda:1, ...; under torchrun, auto and cuda are each process's own GPU (cuda:LOCAL_RANK)."""
     threads: int | None = None
     """torch CPU threads (default: torch's choice)."""
     runs_dir: Path = Path("runs")
@@ -196,7 +236,7 @@ class RunOptions:
     name: str | None = None
     """Run directory name (default: ``<task or dataset>__<algorithm or kind>__<seed>__<time>``)."""
     progress: bool = True
-    """Show a progress bar."""
+    """Show a progress bar (on rank 0 only under torchrun)."""
 
     def to_json(self) -> dict[str, Any]:
         """The config as JSON-able values (paths as strings)."""
@@ -211,6 +251,33 @@ class RunOptions:
         the nested config (``{"net": {"width": 32, ...}}``).
         """
         return _dataclass_from_json(cls, _nest_flat_fields(cls, drop_retired(cls, data)))
+
+
+@dataclass
+class ComputeOptions(RunOptions):
+    """:class:`RunOptions` of the trainings written as plain torch loops (diffusion planners, encoders):
+    also the precision of their forward passes and whether they are compiled. Like ``device``, these
+    say how a run runs, not what it learns: a resumed run takes them from the new call."""
+
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """Forward passes in float32, or under bfloat16 autocast (meant for CUDA; also accepted on the CPU, where torch's CPU autocast runs it, usually slower than fp32 unless the CPU has bf16 matrix units). Weights, optimizer and EMA stay float32."""
+    compile: bool = False
+    """torch.compile the trained model (the denoisers, the encoder): slow to start, faster steps on a GPU."""
+
+    def __post_init__(self) -> None:
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be 'fp32' or 'bf16', got {self.precision!r}")
+
+
+def autocast(precision: str, device: torch.device) -> AbstractContextManager:
+    """The autocast context of ``precision`` (see :class:`ComputeOptions`) on ``device``; a no-op for fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def compiled(module: nn.Module, enabled: bool) -> nn.Module:
+    """``torch.compile(module)`` when ``enabled``, else ``module`` itself. Save the plain module (the
+    compiled wrapper shares its parameters but prefixes their names)."""
+    return torch.compile(module) if enabled else module
 
 
 def _nested_fields(cls: type) -> dict[str, type]:

@@ -14,6 +14,12 @@ encoder as ``encoder.safetensors`` + ``encoder.json``, plus ``training.safetenso
 ``training.json``: optimizer, step counter, sampler state), ``final/`` and ``scores.json`` (the
 final held-out scores). ``--resume RUN`` continues a killed run from its last checkpoint;
 ``--init CHECKPOINT`` starts a new run from a trained encoder's weights (fine-tuning).
+
+Under ``torchrun --nproc-per-node K`` the run is data-parallel (:mod:`ecrl.distributed`):
+``batch_size`` stays the global batch, each process draws ``batch_size / K`` samples from its own
+sampler and torch generator (rank 0's seeded as a single process's), DDP averages the gradients,
+and rank 0 alone logs (the losses averaged over the processes), draws the images, scores and saves
+(with every rank's sampler state, so ``--resume`` under torchrun continues each of them).
 """
 
 from __future__ import annotations
@@ -34,18 +40,23 @@ from safetensors.torch import load_file, save_file
 from torch.utils.tensorboard import SummaryWriter
 from tqdm.auto import tqdm
 
+from ecrl import distributed
 from ecrl.checkpoint import load_optimizer_state, load_weights, optimizer_state, replace_dir
 from ecrl.datasets import DatasetError, DemoDataset
+from ecrl.distributed import World
 from ecrl.encoders.base import EntityEncoder
 from ecrl.encoders.data import Frames
 from ecrl.encoders.evaluate import EncoderScores, score_encoder
 from ecrl.encoders.io import ENCODER, build_encoder, encoder_class, load_encoder, save_encoder
 from ecrl.retired import drop_retired, retired_types
 from ecrl.training import (
-    RunOptions,
+    ComputeOptions,
+    Run,
     WindowLog,
     append_csv,
+    autocast,
     close_run,
+    compiled,
     open_run,
     parse_assignment,
     start_run,
@@ -65,7 +76,7 @@ __all__ = [
 
 
 @dataclass
-class EncoderTrainConfig(RunOptions):
+class EncoderTrainConfig(ComputeOptions):
     """An encoder training run (every field is a command-line option of ``ecrl-train-encoder``)."""
 
     dataset: Path = Path("data/pix-mix")
@@ -86,7 +97,7 @@ class EncoderTrainConfig(RunOptions):
     steps: int = 20_000
     """Gradient steps."""
     batch_size: int = 32
-    """Samples per step (each has one image per camera)."""
+    """Samples per step (each has one image per camera), over all processes: under torchrun with K processes each draws batch_size / K."""
     lr: float = 4e-4
     """Peak Adam learning rate (linear warm-up, then a cosine down to a tenth)."""
     warmup: int = 1000
@@ -107,6 +118,7 @@ class EncoderTrainConfig(RunOptions):
     """Steps between checkpoints."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         positive = {"steps": self.steps, "batch_size": self.batch_size, "log_every": self.log_every}
         positive |= {"image_every": self.image_every, "checkpoint_every": self.checkpoint_every}
         bad = {k: v for k, v in positive.items() if v < 1}
@@ -198,16 +210,40 @@ def decomposition_picture(model: EntityEncoder, frames: Frames, index: np.ndarra
     return decomposition_image(*(t.float().cpu().numpy() for t in (images, out.recon, out.alpha, out.positions)))
 
 
+class _Losses(torch.nn.Module):
+    """An encoder's training losses as a module's output: what DDP wraps, since it looks for the
+    parameters without gradients from the outputs (the entity rows also depend on some that no loss does)."""
+
+    def __init__(self, encoder: EntityEncoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, images: torch.Tensor, agent: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        return (self.encoder(images) if agent is None else self.encoder(images, agent=agent)).losses
+
+
 class _Trainer:
-    """The state of a run: encoder, optimizer, step counter, batch sampler."""
+    """The state of a run: encoder, optimizer, step counter, batch sampler.
 
-    def __init__(self, config: EncoderTrainConfig, model: EntityEncoder, device: torch.device) -> None:
-        self.config, self.model, self.device = config, model.to(device), device
+    ``forward`` is the encoder to call for the training loss: behind DDP in a process of a
+    data-parallel run (``world``), compiled with ``config.compile``; ``model`` is the plain module.
+    """
+
+    def __init__(
+        self, config: EncoderTrainConfig, model: EntityEncoder, device: torch.device, world: World | None = None
+    ) -> None:
+        self.config, self.model, self.device, world = config, model.to(device), device, world or World()
+        # Some parameters get no gradient: the view embedding is in the entity rows, not in any loss.
+        self.forward = compiled(distributed.replicate(_Losses(self.model), world, find_unused=True), config.compile)
         self.optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-        self.step = 0
-        self.rng = np.random.default_rng(config.seed)
+        self.step, self.batch_size = 0, distributed.split_batch(config.batch_size, world)
+        self.rng = np.random.default_rng(distributed.rank_seed(config.seed, world.rank))
 
-    def save(self, run_dir: Path, meta: dict[str, Any]) -> Path:
+    def save(self, run_dir: Path, meta: dict[str, Any]) -> Path | None:
+        """Write ``checkpoints/latest`` (on rank 0; every process calls it, to hand over its samplers)."""
+        samplers = distributed.sampler_checkpoint(self.rng, torch.get_rng_state(), "torch_rng")
+        if samplers is None:
+            return None
         root = run_dir / "checkpoints"
         root.mkdir(parents=True, exist_ok=True)
         tmp = root / f".tmp_{self.step}"
@@ -215,8 +251,8 @@ class _Trainer:
         save_encoder(self.model, tmp, meta)
         tensors, opt_meta = optimizer_state(self.optimizer, "opt")
         tensors["torch_rng"] = torch.get_rng_state()
-        save_file(tensors, str(tmp / "training.safetensors"))
-        state = {"step": self.step, "optimizer": opt_meta, "rng": self.rng.bit_generator.state}
+        save_file(tensors | samplers[0], str(tmp / "training.safetensors"))
+        state = {"step": self.step, "optimizer": opt_meta, "rng": self.rng.bit_generator.state, **samplers[1]}
         (tmp / "training.json").write_text(json.dumps(state, indent=1) + "\n")
         return replace_dir(tmp, root / "latest")
 
@@ -227,9 +263,29 @@ class _Trainer:
         state = json.loads((ckpt / "training.json").read_text())
         tensors = load_file(str(ckpt / "training.safetensors"))
         load_optimizer_state(self.optimizer, tensors, state["optimizer"], "opt")
-        torch.set_rng_state(tensors["torch_rng"])
-        self.rng.bit_generator.state = state["rng"]
+        sampler = distributed.restore_sampler(self.rng, state, tensors, "torch_rng", self.config.seed)
+        if isinstance(sampler, int):
+            torch.manual_seed(sampler)
+        else:
+            torch.set_rng_state(sampler)
         self.step = int(state["step"])
+
+    def update(self, frames: Frames) -> dict[str, torch.Tensor]:
+        """One gradient step on a batch of ``frames``; returns its loss terms (detached, on the device)."""
+        config, model = self.config, self.model
+        for group in self.optimizer.param_groups:
+            group["lr"] = config.lr * warmup_cosine(self.step, config.warmup, config.steps)
+        model.schedule(self.step)
+        index = self.rng.integers(len(frames), size=self.batch_size)
+        images = frames.batch(index, self.device)
+        with autocast(config.precision, self.device):
+            losses = self.forward(images, frames.agent_batch(index, self.device) if model.uses_agent else None)
+        self.optimizer.zero_grad(set_to_none=True)
+        losses["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        self.optimizer.step()
+        self.step += 1
+        return {f"train/{k}": v.detach() for k, v in losses.items()}
 
 
 def start_from(model: EntityEncoder, path: Path) -> None:
@@ -301,73 +357,71 @@ def train(config: EncoderTrainConfig, resume: Path | None = None) -> EncoderTrai
     """Train (or, with ``resume``, continue) an encoder; returns what the run did.
 
     With ``resume`` (a run directory) the run's own ``config.json`` is used, except ``steps`` (which
-    may be raised to extend a finished run), ``threads``, ``device`` and ``progress``.
+    may be raised to extend a finished run) and how it runs (``threads``, ``device``, ``progress``,
+    ``precision``, ``compile``). Under ``torchrun`` every process calls it and trains its share of
+    each batch (see the module's docstring).
     """
     run = start_run(EncoderTrainConfig, config, resume, "an encoder", lambda c: f"{c.dataset.name}__{c.kind}")
-    config = run.config
-    device = torch_device(config.device)
+    with distributed.session(torch_device(run.config.device)) as (world, device):
+        run.dir = distributed.broadcast(run.dir)  # a new run's name has the time in it: rank 0's
+        return _train(run, world, device)
+
+
+def _train(run: Run, world: World, device: torch.device) -> EncoderTrainResult:
+    config, main, run_dir = run.config, world.main, run.dir
     train_frames, test_frames = _frames(config)
     torch.manual_seed(config.seed)
     model = build_encoder(config.kind, **config.encoder_config(train_frames.views, train_frames.size))
     if config.init is not None and not run.resumed:
         start_from(model, config.init)
-    trainer = _Trainer(config, model, device)
-    run_dir = run.dir
+    if not main:  # the weights are rank 0's (DDP starts every process from them); the noise is each rank's own
+        torch.manual_seed(distributed.rank_seed(config.seed, world.rank))
+    trainer = _Trainer(config, model, device, world)
     if run.resumed:
         trainer.load(run.checkpoint)
-    open_run(run, trainer.step)
     meta = {"dataset": str(config.dataset), "cameras": list(train_frames.cameras), "train_frames": len(train_frames)}
-    writer = SummaryWriter(str(run_dir / "tb"))
+    writer = None
+    if main:
+        open_run(run, trainer.step, **world.describe(config.batch_size))
+        writer = SummaryWriter(str(run_dir / "tb"))
     result = EncoderTrainResult(run_dir=run_dir, steps=trainer.step, wall_s=0.0)
     shown = np.random.default_rng(1).choice(len(test_frames), size=min(3, len(test_frames)), replace=False)
     start, log = time.perf_counter(), WindowLog(writer, "time/images_per_s")
+    progress = config.progress and main
     bar = tqdm(
-        total=config.steps,
-        initial=trainer.step,
-        desc=f"encoder ({config.kind})",
-        unit="step",
-        disable=not config.progress,
+        total=config.steps, initial=trainer.step, desc=f"encoder ({config.kind})", unit="step", disable=not progress
     )
     model.train()
 
     evaluate = partial(_evaluate, model, train_frames, test_frames, config, writer, run_dir / "tb", device)
 
     while trainer.step < config.steps:
-        for group in trainer.optimizer.param_groups:
-            group["lr"] = config.lr * warmup_cosine(trainer.step, config.warmup, config.steps)
-        model.schedule(trainer.step)
-        index = trainer.rng.integers(len(train_frames), size=config.batch_size)
-        images = train_frames.batch(index, device)
-        out = model(images, agent=train_frames.agent_batch(index, device)) if model.uses_agent else model(images)
-        trainer.optimizer.zero_grad(set_to_none=True)
-        out.losses["loss"].backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        trainer.optimizer.step()
-        trainer.step += 1
-        log.add({f"train/{k}": float(v.detach()) for k, v in out.losses.items()})
+        log.add(trainer.update(train_frames))
         bar.update(1)
         if trainer.step % config.log_every == 0 or trainer.step == config.steps:
             lr = trainer.optimizer.param_groups[0]["lr"]
             means, result.images_per_s = log.flush(trainer.step, lr, config.batch_size * train_frames.views)
             bar.set_postfix(loss=f"{means['train/loss']:.5f}")
             result.loss = means["train/loss"]
-        if trainer.step % config.image_every == 0 or trainer.step == config.steps:
+        if main and (trainer.step % config.image_every == 0 or trainer.step == config.steps):
             picture = decomposition_picture(model, test_frames, shown)
             writer.add_image("images/decomposition", picture, trainer.step, dataformats="HWC")
         if config.eval_every and trainer.step % config.eval_every == 0 and trainer.step < config.steps:
-            scores = evaluate(trainer.step)
-            result.scores = scores.scalars()
-            bar.write(f"step {trainer.step}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.scores.items()))
+            if main:
+                result.scores = evaluate(trainer.step).scalars()
+                bar.write(f"step {trainer.step}: " + ", ".join(f"{k} {v:.3f}" for k, v in result.scores.items()))
             log.restart()
         if trainer.step % config.checkpoint_every == 0:
             trainer.save(run_dir, dict(meta, steps=trainer.step))
     bar.close()
     trainer.save(run_dir, dict(meta, steps=trainer.step))
-    save_encoder(model, run_dir / "final", dict(meta, steps=trainer.step))
-    scores = evaluate(trainer.step)
-    result.scores = scores.scalars()
-    (run_dir / "scores.json").write_text(json.dumps({"steps": trainer.step, **scores.to_json()}, indent=2) + "\n")
-    writer.close()
+    if main:
+        save_encoder(model, run_dir / "final", dict(meta, steps=trainer.step))
+        scores = evaluate(trainer.step)
+        result.scores = scores.scalars()
+        (run_dir / "scores.json").write_text(json.dumps({"steps": trainer.step, **scores.to_json()}, indent=2) + "\n")
+        writer.close()
     result.steps, result.wall_s = trainer.step, time.perf_counter() - start
-    close_run(run, trainer.step, result.wall_s)
+    if main:
+        close_run(run, trainer.step, result.wall_s)
     return result

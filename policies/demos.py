@@ -20,9 +20,12 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from tqdm.auto import tqdm
 
+from ecrl.distributed import World, average_gradients, broadcast_parameters, rank_seed, split_batch
 from ecrl.rollout import ExpertPolicy, Recorder, Step, rollout
 
 IDLE_KEPT = 10
+BC_BATCH = 256
+"""Demonstrations per behaviour-cloning step (over all processes of a data-parallel run)."""
 
 
 class _Labels(Recorder):
@@ -229,25 +232,37 @@ def pretrain_actor(
     actor: torch.nn.Module,
     demos: Demos,
     steps: int,
-    batch_size: int = 256,
+    batch_size: int = BC_BATCH,
     lr: float = 1e-3,
     seed: int = 0,
     progress: bool = True,
+    world: World | None = None,
 ) -> list[float]:
-    """Behaviour cloning: regress the actor's deterministic action onto the expert's (MSE). Returns losses."""
-    rng = np.random.default_rng(seed)
+    """Behaviour cloning: regress the actor's deterministic action onto the expert's (MSE). Returns the
+    losses (this process's, one per step).
+
+    In a process of a data-parallel run (``world``, under ``torchrun``): ``batch_size`` is the global
+    batch, this process draws its share from its own sampler (seeded with ``seed`` on rank 0, as a
+    single process) and the gradients are averaged over the processes before each step. The actor is
+    not wrapped in DDP: it goes on training in one process (RL on rank 0) after imitation.
+    """
+    world = world or World()
+    rng = np.random.default_rng(rank_seed(seed, world.rank))
+    per_process = split_batch(batch_size, world)
     device = next(actor.parameters()).device
+    broadcast_parameters(actor)
     optimizer = torch.optim.Adam(actor.parameters(), lr=lr)
     losses = []
     actor.train()
     for _ in tqdm(range(steps), desc="behaviour cloning", disable=not progress, leave=False):
-        obs, target = demos.batch(rng.integers(len(demos), size=batch_size), device)
+        obs, target = demos.batch(rng.integers(len(demos), size=per_process), device)
         loss = bc_errors(actor, obs, target).mean() / target.shape[-1]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        average_gradients(actor.parameters())
         optimizer.step()
-        losses.append(loss.item())
-    return losses
+        losses.append(loss.detach())  # read once at the end: a step does not wait for the device
+    return torch.stack(losses).tolist() if losses else []
 
 
 class DemoBCCallback(BaseCallback):
@@ -319,15 +334,18 @@ def dagger(
     iterations: int,
     episodes: int,
     steps: int,
-    batch_size: int = 256,
+    batch_size: int = BC_BATCH,
     lr: float = 1e-3,
     seed: int = 0,
     progress: bool = True,
+    world: World | None = None,
 ) -> Demos:
     """DAgger (Ross et al. 2011): run the actor, label the states it visits with the expert's action,
     add them to the demonstrations and clone again; ``iterations`` times. Returns the grown dataset.
 
-    The actor acts (deterministically) in ``episodes`` envs side by side; the expert only labels.
+    The actor acts (deterministically) in ``episodes`` envs side by side; the expert only labels. In
+    a data-parallel run (``world``) every process runs the same episodes with the same actor, so all
+    grow the same dataset, and the cloning is data-parallel (:func:`pretrain_actor`).
     """
     for it in range(iterations):
         envs = [make_env() for _ in range(episodes)]
@@ -341,5 +359,5 @@ def dagger(
         for e in envs:
             e.close()
         demos = demos + labels.demos()
-        pretrain_actor(actor, demos, steps, batch_size, lr, seed=seed + it, progress=progress)
+        pretrain_actor(actor, demos, steps, batch_size, lr, seed=seed + it, progress=progress, world=world)
     return demos

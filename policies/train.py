@@ -15,6 +15,9 @@ A run lives in ``runs/<task>__<algo>__<seed>__<time>/``:
 
 A checkpoint is also written just before RL starts, so a run killed during RL never repeats its
 demonstrations and imitation: ``--resume`` continues with RL from the imitation weights.
+
+Under ``torchrun`` the imitation stage is data-parallel (:mod:`ecrl.distributed`): every process collects
+the same demonstrations and shares each BC batch; rank 0 alone goes on with RL, the others stop.
 """
 
 from __future__ import annotations
@@ -40,11 +43,13 @@ from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
+from ecrl import distributed
 from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
 from ecrl.envs.task import default_horizon
 from ecrl.evaluation import evaluate, log_report
 from ecrl.policies.actor import policy_from_model
 from ecrl.policies.demos import (
+    BC_BATCH,
     DemoBCCallback,
     Demos,
     FreezeActorCallback,
@@ -55,7 +60,7 @@ from ecrl.policies.demos import (
 from ecrl.policies.nets import NetConfig
 from ecrl.policies.replay import load_replay, save_replay
 from ecrl.policies.sb3 import ENTITY_POLICIES
-from ecrl.training import RunOptions, close_run, open_run, start_run
+from ecrl.training import Run, RunOptions, close_run, open_run, start_run, torch_device
 
 ALGOS = {"sac": SAC, "td3": TD3, "tqc": TQC}
 DEMOS_FILE = "demos.npz"
@@ -393,14 +398,15 @@ class TrainResult:
     bc_loss: float | None = None
 
 
-def _imitate(model: Any, config: TrainConfig, demos: Demos, run_dir: Path) -> float:
+def _imitate(model: Any, config: TrainConfig, demos: Demos, run_dir: Path, world: distributed.World) -> float:
     """The imitation stage before RL: BC on ``demos``, then DAgger (growing ``demos``); returns the BC loss.
 
     Saves the policy as imitation left it (``run_dir/imitation``, for comparison with ``final/``) and the
     grown demonstrations beside it, so that ``--resume`` after a crash in RL keeps the BC term's data;
     with ``eval_every``, evaluates it (logged at step 0).
     """
-    losses = pretrain_actor(model.actor, demos, config.bc_steps, seed=config.seed, progress=config.progress)
+    progress = config.progress and world.main
+    losses = pretrain_actor(model.actor, demos, config.bc_steps, seed=config.seed, progress=progress, world=world)
     if config.dagger_iterations:
         grown = dagger(
             model.actor,
@@ -410,9 +416,12 @@ def _imitate(model: Any, config: TrainConfig, demos: Demos, run_dir: Path) -> fl
             config.dagger_episodes,
             config.dagger_steps,
             seed=config.seed,
-            progress=config.progress,
+            progress=progress,
+            world=world,
         )
         demos.obs, demos.actions = grown.obs, grown.actions  # the BC term uses all
+    if not world.main:
+        return float(np.mean(losses[-100:]))
     if config.algo == "td3":
         model.actor_target.load_state_dict(model.actor.state_dict())
     policy_from_model(model, policy_meta(config, model)).save(run_dir / "imitation")
@@ -428,9 +437,18 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
 
     With ``resume`` the run's own ``config.json`` is used, except for ``steps``, which may be raised to
     extend a finished run, and ``threads``, ``device`` and ``progress`` (:func:`ecrl.training.start_run`).
+    Under ``torchrun`` every process calls it; the processes other than rank 0 return after imitation.
     """
     run = start_run(TrainConfig, config, resume, "an RL", lambda c: f"{c.task}__{c.algo}")
-    config, run_dir = run.config, run.dir
+    with distributed.session(torch_device(run.config.device)) as (world, device):
+        run.dir = distributed.broadcast(run.dir)  # a new run's name has the time in it: rank 0's
+        return _train(run, world, device)
+
+
+def _train(run: Run, world: distributed.World, device: torch.device) -> TrainResult:
+    config, run_dir, main = run.config, run.dir, world.main
+    if not main and (run.resumed or not (config.demos and config.bc_steps)):
+        return TrainResult(run_dir=run_dir, env_steps=0, wall_s=0.0)  # nothing data-parallel: RL is rank 0's
     vec_cls = SubprocVecEnv if config.n_envs > 1 and config.subproc else DummyVecEnv
     env = make_vec_env(
         partial(_make_env, config),
@@ -438,11 +456,12 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
         seed=config.seed + (1_000_000 if run.resumed else 0),
         vec_env_cls=vec_cls,
     )
-    model = build_model(config, env)
+    model = build_model(config if world.size == 1 else replace(config, device=str(device)), env)
     if run.resumed:
         load_checkpoint(model, run.checkpoint)
-    open_run(run, int(model.num_timesteps))
-    model.set_logger(configure(str(run_dir / "tb"), ["tensorboard", "csv"]))
+    if main:
+        open_run(run, int(model.num_timesteps), **world.describe(BC_BATCH, "bc_"))
+        model.set_logger(configure(str(run_dir / "tb"), ["tensorboard", "csv"]))
     started = time.perf_counter()
     result = TrainResult(run_dir=run_dir, env_steps=0, wall_s=0.0)
 
@@ -458,8 +477,8 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
             partial(_make_env, config),
             config.demos,
             seed=config.seed + 2_000_000,
-            replay_buffer=None if run.resumed else model.replay_buffer,
-            progress=config.progress,
+            replay_buffer=None if run.resumed or not main else model.replay_buffer,
+            progress=config.progress and main,
         )
     if demos is not None:
         result.demo_success = demos.successes / demos.episodes
@@ -468,7 +487,10 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
     if config.actor_warmup:
         callbacks.append(FreezeActorCallback(config.actor_warmup))
     if not run.resumed and demos is not None and config.bc_steps:
-        result.bc_loss = _imitate(model, config, demos, run_dir)
+        result.bc_loss = _imitate(model, config, demos, run_dir, world)
+    if not main:  # RL is rank 0's
+        env.close()
+        return result
     if not run.resumed:
         # Nothing done so far is lost if the run dies once RL has started: --resume starts from here.
         save_checkpoint(model, config, run_dir, config.save_replay)

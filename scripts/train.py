@@ -19,6 +19,9 @@ Examples:
 
     # continue a killed run from its last checkpoint
     ecrl-train --resume runs/push1-positions-eit__sac__0__20261130-120000
+
+    # behaviour cloning and DAgger's refits data-parallel in 2 processes, then RL in rank 0
+    torchrun --nproc-per-node 2 -m ecrl.scripts.train --n-objects 1
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 
 import tyro
 
+from ecrl.distributed import is_main
 from ecrl.policies.train import TrainConfig, train
 from ecrl.scripts.cli import config_of
 from ecrl.scripts.eval import main as eval_main
@@ -51,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `ecrl-train`."""
     args = tyro.cli(TrainArgs, args=list(sys.argv[1:] if argv is None else argv), description=__doc__)
     result = train(config_of(args, TrainConfig), resume=args.resume)
+    if not is_main():  # under torchrun, rank 0 trains the RL stage, reports and evaluates
+        return
     print(f"run directory: {result.run_dir}  env steps: {result.env_steps}  wall: {result.wall_s:.0f} s")
     if args.final_eval_objects:
         objects = [str(n) for n in args.final_eval_objects]

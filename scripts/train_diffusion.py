@@ -25,6 +25,11 @@ Examples:
 
     # continue a killed run from its last checkpoint (or extend a finished one with --steps)
     ecrl-train-diffusion --resume runs/push3__diffusion__0__20261130-150000
+
+    # data-parallel on 4 GPUs (or CPU processes: gloo), the same global --batch-size split over them;
+    # rank 0 logs, evaluates and saves; bf16 autocast and torch.compile are options
+    torchrun --nproc-per-node 4 -m ecrl.scripts.train_diffusion --dataset data/push3 --batch-size 512 --precision bf16 --compile
+    torchrun --nproc-per-node 4 -m ecrl.scripts.train_diffusion --resume runs/push3__diffusion__0__20261130-150000
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import tyro
 
 from ecrl.datasets import DatasetError
 from ecrl.diffusion.train import DiffusionTrainConfig, train
+from ecrl.distributed import is_main
 from ecrl.scripts.cli import cli_errors, config_of
 from ecrl.scripts.eval import main as eval_main
 
@@ -59,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = tyro.cli(TrainDiffusionArgs, args=list(sys.argv[1:] if argv is None else argv), description=__doc__)
     with cli_errors("ecrl-train-diffusion", (DatasetError, FileExistsError, FileNotFoundError, ValueError)):
         result = train(config_of(args, DiffusionTrainConfig), resume=args.resume)
+    if not is_main():  # under torchrun, rank 0 reports and evaluates
+        return
     print(
         f"run directory: {result.run_dir}  gradient steps: {result.steps}  wall: {result.wall_s:.0f} s  "
         f"loss: {result.loss:.4f}  windows/s: {result.windows_per_s:.0f}"

@@ -17,6 +17,9 @@ Examples:
 
     # continue a killed run from its last checkpoint (or extend a finished one with --steps)
     ecrl-train-encoder --resume runs/pix-mix__slot__0__20261130-170000
+
+    # data-parallel on 2 GPUs (or CPU processes: gloo), the same global --batch-size split over them
+    torchrun --nproc-per-node 2 -m ecrl.scripts.train_encoder --dataset data/pix-mix --kind slot --batch-size 64
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 import tyro
 
 from ecrl.datasets import DatasetError
+from ecrl.distributed import is_main
 from ecrl.encoders.train import EncoderTrainConfig, train
 from ecrl.scripts.cli import cli_errors, config_of
 
@@ -46,6 +50,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = tyro.cli(TrainEncoderArgs, args=list(sys.argv[1:] if argv is None else argv), description=__doc__)
     with cli_errors("ecrl-train-encoder", (DatasetError, FileExistsError, FileNotFoundError, ValueError)):
         result = train(config_of(args, EncoderTrainConfig), resume=args.resume)
+    if not is_main():  # under torchrun, rank 0 reports
+        return
     scores = ", ".join(f"{k} {v:.3f}" for k, v in result.scores.items())
     print(
         f"run directory: {result.run_dir}  steps: {result.steps}  wall: {result.wall_s:.0f} s  "
