@@ -123,7 +123,7 @@ class TrainConfig(RunOptions):
     action_noise: float = 0.1
     """TD3 Gaussian exploration noise (std, in units of the action bound)."""
     demos: int = 200
-    """Scripted-expert episodes added to the replay buffer before training (0: none)."""
+    """Scripted-expert episodes added to the replay buffer before training (0: none); rounded up to a multiple of ``n_envs``."""
     bc_steps: int = 3000
     """Behaviour-cloning steps pre-training the actor on the demonstrations."""
     dagger_iterations: int = 12
@@ -186,6 +186,12 @@ class TrainConfig(RunOptions):
     def horizon(self) -> int:
         return default_horizon(self.n_objects)
 
+    @property
+    def demo_episodes(self) -> int:
+        """The expert episodes seeding the replay buffer: ``demos`` rounded up to a multiple of ``n_envs``, so
+        that every env's slot of the HER buffer holds whole episodes (see :func:`collect_demos`)."""
+        return -(-self.demos // self.n_envs) * self.n_envs
+
     def env_kwargs(self, part: str = "train") -> dict[str, Any]:
         kw: dict[str, Any] = {
             "n_objects": self.n_objects,
@@ -220,7 +226,7 @@ def _with_actor_lr_scale(algo_cls: type, scale: float) -> type:
 def build_model(config: TrainConfig, env) -> SAC | TD3 | TQC:
     """The SB3 algorithm of ``config`` on the vectorised ``env``."""
     algo_cls = _with_actor_lr_scale(ALGOS[config.algo], config.actor_lr_scale)
-    buffer_size = config.buffer_size or (config.steps + config.demos * config.horizon + config.n_envs)
+    buffer_size = config.buffer_size or (config.steps + config.demo_episodes * config.horizon + config.n_envs)
     kwargs: dict[str, Any] = {
         "learning_rate": config.lr,
         "buffer_size": buffer_size,
@@ -456,7 +462,7 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
     elif config.demos and (not run.resumed or config.bc_weight > 0):
         demos = collect_demos(
             partial(_make_env, config),
-            config.demos,
+            config.demo_episodes,
             seed=config.seed + 2_000_000,
             replay_buffer=None if run.resumed else model.replay_buffer,
             progress=config.progress,
