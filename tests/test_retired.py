@@ -26,9 +26,7 @@ SELECT_RUNS = {
 }
 """``results/rl_push2`` actors trained with the retired object scorer: their checkpoints were saved again without
 it (documented there), their training configs still name it."""
-UNLOADABLE_RUNS = (
-    SELECT_RUNS | {RESULTS / "diffusion_push3" / "still_objects" / "policy": "still_objects=3"}
-)
+UNLOADABLE_RUNS = SELECT_RUNS | {RESULTS / "diffusion_push3" / "still_objects" / "policy": "still_objects=3"}
 """Training configs whose run used a retired option: the selecting actors and the still-objects trial."""
 RECORD = {
     "still_objects=3": "results/diffusion_push3/README.md",
