@@ -17,6 +17,9 @@ Per configuration it reports:
 - *return*: the mean sum of env rewards over the steps run;
 - *episode length*: the mean first step at which every object is placed, or the horizon if never.
 
+With ``workers = K``, batches of episodes run in K processes (:mod:`ecrl.parallel`) and are merged
+in seed order: the same numbers as one process with the same batches.
+
 A policy is anything with ``act(obs) -> (B, A)`` for a batch of observations (every key stacked
 on a leading axis), like :class:`ecrl.policy.Policy`; per-episode stateful policies also have
 ``reset(envs, seeds)``, called after the envs are reset (see :class:`ExpertPolicy`). A policy that acts

@@ -2,9 +2,10 @@
 
 Evaluation (:func:`ecrl.evaluation.evaluate`) and dataset collection
 (:func:`ecrl.collect.collect_dataset`) cut their episodes into *tasks*, each a contiguous range of
-episode indices (so of seeds), and run them with :func:`run_tasks`: in this process when one worker
-is asked for (or there is one task), else in a pool of ``spawn``-ed processes. The caller merges the
-results in task order, that is in seed order, so the outcome is the one a single process gets.
+episode indices (so of seeds): a batch of episodes run side by side, or a collection's shard set. With
+one worker (or one task) the caller runs them itself; else :func:`run_tasks` runs them in a pool of
+``spawn``-ed processes. The caller merges the results in task order, that is in seed order, so the
+outcome is the one a single process gets with the same tasks.
 
 A worker process
 
