@@ -1,15 +1,17 @@
-"""Episodes over processes: contiguous seed ranges in a ``spawn`` process pool, results merged in seed order.
+"""Episodes over processes: contiguous seed ranges in a process pool, results merged in seed order.
 
 Evaluation (:func:`ecrl.evaluation.evaluate`) and dataset collection
 (:func:`ecrl.collect.collect_dataset`) cut their episodes into *tasks*, each a contiguous range of
-episode indices (so of seeds): a batch of episodes run side by side, or a collection's shard set. With
-one worker (or one task) the caller runs them itself; else :func:`run_tasks` runs them in a pool of
-``spawn``-ed processes. The caller merges the results in task order, that is in seed order, so the
-outcome is the one a single process gets with the same tasks.
+episode indices (so of seeds): a batch of episodes run side by side, or a collection's shard set.
+With one worker (or one task) the caller runs them itself; else :func:`run_tasks` runs them in a
+pool of processes forked from a ``forkserver`` (a fresh interpreter that has imported what the
+caller had of torch and ``ecrl``, nothing else of its state; ``spawn`` where there is no
+forkserver). The caller merges the results in task order, that is in seed order, so the outcome is
+the one a single process gets with the same tasks.
 
 A worker process
 
-- sets ``MUJOCO_GL`` (the parent's value, else ``egl``) before it imports mujoco itself, and runs
+- has ``MUJOCO_GL`` (the parent's value, else ``egl``) set before mujoco is imported, and runs
   torch, OpenMP and BLAS with one thread each (the processes are the parallelism);
 - builds the acting policy once, from a *policy source*: a policy (anything with ``act``, sent
   pickled) or a picklable zero-argument callable that builds one: a class like
@@ -24,6 +26,7 @@ the ranks through ``torch.distributed`` (gloo).
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import pickle
 import queue as queues
@@ -187,7 +190,7 @@ def run_tasks(
     source: Any = None,
     bar: Any = None,
 ) -> list[Any]:
-    """``[fn(task) for task in tasks]``, computed in ``min(workers, len(tasks))`` spawned processes.
+    """``[fn(task) for task in tasks]``, computed in ``min(workers, len(tasks))`` worker processes.
 
     ``fn`` (a module-level function, as are ``tasks`` picklable) runs in a worker process, where
     :func:`worker_policy` builds ``source`` (see the module docstring) and :func:`worker_bar` adds
@@ -199,7 +202,7 @@ def run_tasks(
     """
     check_workers(workers)
     blob = pickled(source)
-    ctx = multiprocessing.get_context("spawn")
+    ctx = _context()
     queue = ctx.Queue() if bar is not None else None
     initargs = (os.environ.get("MUJOCO_GL", "egl"), blob, queue)
     with ProcessPoolExecutor(min(workers, len(tasks)), ctx, initializer=_init_worker, initargs=initargs) as pool:
@@ -216,6 +219,31 @@ def run_tasks(
         results = [f.result() for f in futures]
     _drain(queue, bar)
     return results
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """The ``forkserver`` context (``spawn`` where there is none), its server started if it is not yet.
+
+    The server is a fresh interpreter, started with ``MUJOCO_GL`` (this process's, else ``egl``) and one
+    thread for OpenMP and BLAS, that imports what this process has imported of torch and ``ecrl``; the
+    workers are forked from it, so those imports are paid once per process rather than once per worker
+    and pool (a worker of an ``ecrl-eval`` process then starts in milliseconds, not seconds).
+    """
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(sorted(m for m in sys.modules if m == "torch" or m.startswith("ecrl.")))
+    saved = {k: os.environ.get(k) for k in ("MUJOCO_GL", *_THREAD_VARS)}
+    os.environ.update({"MUJOCO_GL": saved["MUJOCO_GL"] or "egl", **dict.fromkeys(_THREAD_VARS, "1")})
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return ctx
 
 
 def _drain(queue: Any, bar: Any) -> None:
