@@ -113,7 +113,7 @@ class TrainConfig(RunOptions):
     tau: float = 0.05
     """Target network Polyak coefficient."""
     learning_starts: int | None = None
-    """Env steps before the first update (default: one episode per env, the minimum HER allows)."""
+    """Env steps (over all parallel envs) before the first update (default: one episode per env, the minimum HER allows)."""
     update_every: int = 2
     """Env steps (per env) between training phases."""
     utd: float = 0.5
@@ -233,7 +233,9 @@ def build_model(config: TrainConfig, env) -> SAC | TD3 | TQC:
         "batch_size": config.batch_size,
         "gamma": config.gamma,
         "tau": config.tau,
-        "learning_starts": config.learning_starts if config.learning_starts is not None else config.horizon + 1,
+        "learning_starts": (
+            config.learning_starts if config.learning_starts is not None else config.n_envs * config.horizon + 1
+        ),
         "train_freq": (config.update_every, "step"),
         "gradient_steps": max(1, round(config.utd * config.update_every * config.n_envs)),
         "replay_buffer_class": HerReplayBuffer,

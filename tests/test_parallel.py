@@ -220,23 +220,23 @@ def test_cli_refuses_zero_workers(capsys):
     assert exit_.value.code == 2 and "workers must be an int >= 1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("subproc", [False, True])
-def test_rl_with_two_envs_her_demos_and_bc(tmp_path, subproc):
+@pytest.mark.parametrize(("subproc", "demos"), [(False, 3), (True, 3), (False, 0)])
+def test_rl_with_two_envs_her_demos_and_bc(tmp_path, subproc, demos):
     from ecrl.policies.nets import NetConfig
     from ecrl.policies.train import TrainConfig, train
 
     config = TrainConfig(
         n_objects=1,
-        steps=100,
+        steps=100 if demos else 2 * 150 + 20,  # without demos, HER waits for an episode in every env
         n_envs=2,
         subproc=subproc,
         net=NetConfig(width=8, heads=1),
         batch_size=16,
         utd=0.25,
-        demos=3,  # rounded up to 4: whole episodes in both env slots of the HER buffer
-        bc_steps=5,
+        demos=demos,  # 3 is rounded up to 4: whole episodes in both env slots of the HER buffer
+        bc_steps=5 if demos else 0,
         dagger_iterations=0,
-        bc_weight=1.0,
+        bc_weight=1.0 if demos else 0.0,
         actor_warmup=0,
         eval_every=0,
         checkpoint_every=0,
@@ -245,9 +245,9 @@ def test_rl_with_two_envs_her_demos_and_bc(tmp_path, subproc):
         name="run",
         progress=False,
     )
-    assert config.demo_episodes == 4
+    assert config.demo_episodes == (4 if demos else 0)
     result = train(config)
-    assert result.env_steps == 100 and result.demo_success == 1.0
+    assert result.env_steps == config.steps and result.demo_success == (1.0 if demos else None)
 
 
 def test_demonstrations_fill_whole_episodes_in_every_slot_of_a_her_buffer():
