@@ -12,10 +12,12 @@ A dataset is a directory::
     meta.json            what the dataset is and how it was made (below)
     shard_00000.npz      compressed numpy arrays of a few episodes each (np.savez_compressed)
     shard_00001.npz      ...
+    collection_002/      shard sets of a parallel collection (below), each a dataset of its own
+        worker_000/      meta.json + shard_*.npz
 
 ``meta.json`` holds ``format`` (``"ecrl.demos"``), ``version`` (1), the layout it was written
 with (``entity_dim``, ``goal_dim``, ``action_dim``, and ``entity_fields``/``goal_fields``: each
-field's ``[start, stop)`` columns), ``shards`` (one entry per shard: ``file``, ``episodes``,
+field's ``[start, stop)`` columns), ``shards`` (one entry per shard, in order: ``file``, a path relative to the directory, ``episodes``,
 ``steps``, ``n_max``, ``successes``), the totals ``episodes``, ``steps`` and ``dropped`` (failed
 episodes left out), ``next_seed`` (where an appended collection starts by default) and
 ``collections``: one record per run that added episodes (its config, command, seeds, counts,
@@ -69,6 +71,16 @@ against it (every cube within 4 cm). Their ``task_json`` entries are
 :class:`~ecrl.envs.ogbench.OGBenchCubeTask` dicts (``"benchmark": "ogbench"``); an episode converted
 from an OGBench file has seed -1 (no reset seed).
 
+*Parallel collections* (``ecrl-collect --workers K``, :func:`ecrl.collect.collect_dataset`) cut
+their seeds into K contiguous ranges, *shard sets*, each collected by one process into a dataset
+of its own (its own ``meta.json`` and shards) in ``collection_<c>/worker_<k>/`` (``c``: the
+collection's index in ``collections``). The collection's record lists them in ``shard_sets``
+(``dir``, ``seeds``); once every set is done, the shards of all sets are added to ``shards``, in
+seed order, by their paths relative to the dataset directory (``collection_002/worker_001/
+shard_00000.npz``), and the record is marked complete. Until then the dataset reads as it was
+before the collection; a killed parallel collection is finished by the same collection with
+``--append`` (each set continues after its last shard), and nothing else can be appended first.
+
 Everything loads with ``np.load(..., allow_pickle=False)``. Once every object is placed the
 scripted expert idles; an episode keeps at most ``idle_steps`` idle steps (zero action in a solved
 state: enough to show how to stop, not so many that zeros swamp the data) and ends there.
@@ -83,7 +95,7 @@ import os
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -254,9 +266,10 @@ class DatasetWriter:
 
     def _cut_interrupted(self) -> None:
         """An interrupted collection keeps the seeds of the episodes it wrote (or dropped) before its last
-        shard, so that an appended collection continues right where it stopped."""
+        shard, so that an appended collection continues right where it stopped. (An interrupted parallel
+        collection is not cut: :func:`ecrl.collect.collect_dataset` finishes it.)"""
         collections = self.meta["collections"]
-        if collections and not collections[-1].get("complete", True):
+        if collections and not collections[-1].get("complete", True) and "shard_sets" not in collections[-1]:
             last = collections[-1]
             last["seeds"][1] = last.get("seeds_done", last["seeds"][0])
             self.meta["next_seed"] = max(c["seeds"][1] for c in collections)
@@ -271,7 +284,20 @@ class DatasetWriter:
                     f"{self.meta['next_seed']}"
                 )
 
+    def unfinished_parallel(self) -> dict[str, Any] | None:
+        """The record of the dataset's last collection if it is a parallel one that did not finish."""
+        last = self.meta["collections"][-1] if self.meta["collections"] else {}
+        return last if "shard_sets" in last and not last.get("complete", True) else None
+
     def start(self, record: dict[str, Any]) -> None:
+        unfinished = self.unfinished_parallel()
+        if unfinished is not None:
+            lo, hi = unfinished["seeds"]
+            raise DatasetError(
+                f"the last collection in {self.path} (seeds {lo} … {hi - 1}, {len(unfinished['shard_sets'])} shard "
+                "sets collected in parallel) did not finish: run it again, with --append (append=True) and the "
+                f"same options, to finish it before anything else is added; it was: {unfinished.get('command')}"
+            )
         self.record = record
         self.meta["collections"].append(record)
         self.meta["next_seed"] = max(self.meta["next_seed"], record["seeds"][1])
@@ -286,6 +312,19 @@ class DatasetWriter:
     def finish(self) -> None:
         self._flush()
         self._write_meta()
+
+    def adopt(self, sub: str) -> None:
+        """Add the shards of the dataset in subdirectory ``sub`` (a shard set of a parallel collection, a
+        dataset of its own) to this dataset and to the current collection, after the shards it has."""
+        meta = read_meta(self.path / sub)
+        for entry in meta["shards"]:
+            self.meta["shards"].append({**entry, "file": f"{sub}/{entry['file']}"})
+            self.record["shards"].append(f"{sub}/{entry['file']}")
+        self.meta["episodes"] += meta["episodes"]
+        self.meta["steps"] += meta["steps"]
+        self.record["kept"] += meta["episodes"]
+        self.record["dropped"] += meta["dropped"]
+        self.steps_added += meta["steps"]
 
     def _flush(self) -> None:
         if not self.pending:
@@ -352,9 +391,10 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     for entry in meta["shards"]:
         if not isinstance(entry, dict) or not {"file", "episodes", "steps", "n_max"} <= set(entry):
             raise DatasetError(f"{path / META}: a shard entry needs file, episodes, steps and n_max; found {entry!r}")
-        if Path(entry["file"]).name != entry["file"]:
+        file = PurePosixPath(str(entry["file"]))
+        if str(file) != entry["file"] or file.is_absolute() or ".." in file.parts or "\\" in entry["file"]:
             raise DatasetError(
-                f"{path / META}: shard file {entry['file']!r} must be a name inside the dataset directory"
+                f"{path / META}: shard file {entry['file']!r} must be a relative path inside the dataset directory"
             )
     return meta
 

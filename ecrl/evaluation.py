@@ -17,6 +17,9 @@ Per configuration it reports:
 - *return*: the mean sum of env rewards over the steps run;
 - *episode length*: the mean first step at which every object is placed, or the horizon if never.
 
+With ``workers = K``, batches of episodes run in K processes (:mod:`ecrl.parallel`) and are merged
+in seed order: the same numbers as one process with the same batches.
+
 A policy is anything with ``act(obs) -> (B, A)`` for a batch of observations (every key stacked
 on a leading axis), like :class:`ecrl.policy.Policy`; per-episode stateful policies also have
 ``reset(envs, seeds)``, called after the envs are reset (see :class:`ExpertPolicy`). A policy that acts
@@ -29,7 +32,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,7 @@ from tqdm import tqdm
 
 from ecrl.envs import GOAL_KINDS, MAX_OBJECTS, SPLITS
 from ecrl.envs.task import default_horizon
+from ecrl.parallel import build_policy, check_workers, run_tasks, worker_bar, worker_policy
 from ecrl.reporting import (
     camera_strip,
     markdown_table,
@@ -177,7 +181,7 @@ def check_settings(
 
 
 def evaluate(
-    policy: BatchPolicy,
+    policy: BatchPolicy | Callable[[], BatchPolicy],
     n_objects: Sequence[int],
     *,
     goal: str = "positions",
@@ -191,11 +195,14 @@ def evaluate(
     progress: bool = True,
     video_dir: str | Path | None = None,
     video_every: int = 2,
+    workers: int = 1,
 ) -> EvalReport:
     """Roll out ``policy`` for every part × number of objects; see the module docstring for the numbers.
 
     Args:
         policy: ``act(obs)`` → actions ``(B, A)`` for observations ``(B, …)``; optional ``reset(envs, seeds)``.
+            Or a zero-argument callable that builds such a policy (a class like :class:`ExpertPolicy`,
+            :class:`ecrl.parallel.PolicyLoader`): what ``workers > 1`` need for a policy that cannot be pickled.
         n_objects: numbers of objects N to evaluate.
         goal: goal kind (one of ``GOAL_KINDS``).
         split: name of a compositional split in ``SPLITS``, or ``None`` (random objects, part ``train`` only).
@@ -204,17 +211,28 @@ def evaluate(
         seed: the first evaluation seed.
         n_max: pad observations to this many object rows (default: N); a policy's results must not depend on it.
         stop_on_success: end an episode at the first step at which every object is placed.
-        batch_size: most envs run side by side (default: all ``episodes``).
+        batch_size: most envs run side by side (default: all ``episodes``; for a policy whose
+            ``batch_invariant`` is true, like :class:`ExpertPolicy`, ``ceil(episodes / workers)``).
         progress: show a progress bar (unit: env steps, an episode ended early counts its remaining steps).
         video_dir: write one GIF per (part, N) there, ``<part>_n<N>.gif``: the episode of seed ``seed``.
         video_every: keep every k-th step in the GIFs (the env runs at 20 steps per second).
+        workers: processes running episodes (:mod:`ecrl.parallel`). The episodes of every (part, N) run
+            in batches of ``batch_size`` consecutive seeds, each batch in one process (longest first),
+            and are merged in seed order: the report is the one ``workers=1`` gives with the same
+            ``batch_size``, every per-episode number identical (timings aside). Pass ``batch_size`` to
+            spread one (part, N) over processes: a network acts a little differently (in the last bits
+            of float32, which a rollout amplifies) on batches of another size; a ``batch_invariant``
+            policy does not, and is spread by default.
 
     A policy whose ``meta["pixels"]`` is ``{"size": P, "cameras": [...]}`` (a planner from pixels,
     :mod:`ecrl.diffusion.pixels`) gets envs whose observations carry those camera frames.
     """
+    source, policy = policy, build_policy(policy)
     n_objects, parts = [int(n) for n in n_objects], list(parts)
     pixels = (getattr(policy, "meta", None) or {}).get("pixels")
     check_settings(n_objects, goal, split, parts, episodes, n_max, batch_size, video_every)
+    check_workers(workers)
+    batch = batch_size or (math.ceil(episodes / workers) if getattr(policy, "batch_invariant", False) else episodes)
     settings = {
         "n_objects": n_objects,
         "goal": goal,
@@ -229,75 +247,95 @@ def evaluate(
     video_dir = None if video_dir is None else Path(video_dir)
     if video_dir is not None:
         video_dir.mkdir(parents=True, exist_ok=True)
-    total = sum(episodes * default_horizon(n) for n in n_objects) * len(parts)
-    bar = tqdm(total=total, unit="step", dynamic_ncols=True, disable=not progress)
-    start, results = time.perf_counter(), []
+    chunks = []
     for part in parts:
         for n in n_objects:
-            bar.set_description(f"{part} N={n}")
-            gif = None if video_dir is None else video_dir / f"{part}_n{n}.gif"
             env_kwargs = {"n_objects": n, "goal": goal, "split": split, "part": part, "n_max": n_max}
             if pixels:
                 env_kwargs.update(pixels=int(pixels["size"]), cameras=tuple(pixels["cameras"]))
-            result = _evaluate_one(
-                policy, env_kwargs, part, seed, episodes, batch_size or episodes, stop_on_success, bar, gif, video_every
-            )
-            results.append(result)
-            bar.set_postfix(success=f"{sum(result.success)}/{episodes}")
+            gif = None if video_dir is None else video_dir / f"{part}_n{n}.gif"
+            for first in range(0, episodes, batch):
+                count = min(batch, episodes - first)
+                chunks.append(
+                    _Chunk(env_kwargs, seed + first, count, stop_on_success, gif if first == 0 else None, video_every)
+                )
+    total = sum(episodes * default_horizon(n) for n in n_objects) * len(parts)
+    bar = tqdm(total=total, unit="step", dynamic_ncols=True, disable=not progress)
+    start = time.perf_counter()
+    if workers == 1 or len(chunks) == 1:
+        outcomes = []
+        for chunk in chunks:
+            bar.set_description(f"{chunk.env_kwargs['part']} N={chunk.env_kwargs['n_objects']}")
+            outcomes.append(_run_chunk(policy, chunk, bar))
+            bar.set_postfix(success=f"{int(outcomes[-1]['success'].sum())}/{chunk.count}")
+    else:
+        bar.set_description(f"{min(workers, len(chunks))} workers")
+        longest = sorted(
+            range(len(chunks)), key=lambda i: -chunks[i].count * default_horizon(chunks[i].env_kwargs["n_objects"])
+        )
+        done = run_tasks(_chunk_in_worker, [chunks[i] for i in longest], workers, source, bar)
+        outcomes = [outcome for _, outcome in sorted(zip(longest, done, strict=True))]
     bar.close()
+    per_config = len(outcomes) // (len(parts) * len(n_objects))
+    results = [
+        _result(chunks[i].env_kwargs, seed, episodes, outcomes[i : i + per_config])
+        for i in range(0, len(outcomes), per_config)
+    ]
     return EvalReport(results, settings, describe(policy), time.perf_counter() - start)
 
 
-def _evaluate_one(
-    policy: BatchPolicy,
-    env_kwargs: dict[str, Any],
-    part: str,
-    seed: int,
-    episodes: int,
-    batch: int,
-    stop_on_success: bool,
-    bar: tqdm,
-    gif: Path | None,
-    video_every: int,
-) -> EvalResult:
-    """Episodes of one (part, N), ``batch`` envs at a time; the first episode goes to ``gif`` if given."""
-    start = time.perf_counter()
-    outcomes: list[_Outcomes] = []
+@dataclass(frozen=True)
+class _Chunk:
+    """Episodes ``first … first + count - 1`` (by seed) of one (part, N), run side by side; with ``gif``, the
+    first one is recorded there."""
+
+    env_kwargs: dict[str, Any]
+    first: int
+    count: int
+    stop_on_success: bool
+    gif: Path | None
+    video_every: int
+
+
+def _run_chunk(policy: BatchPolicy, chunk: _Chunk, bar: Any) -> dict[str, Any]:
+    """The outcomes of ``chunk``'s episodes (per-episode arrays, the horizon, ``n_max``, start and end times)."""
+    started = time.time()
+    envs = [gym.make("ecrl/Push-v0", **chunk.env_kwargs) for _ in range(chunk.count)]
     frames: list[np.ndarray] = []
-    for first in range(0, episodes, batch):
-        envs = [gym.make("ecrl/Push-v0", **env_kwargs) for _ in range(min(batch, episodes - first))]
-        record = frames.append if gif is not None and first == 0 else None
-        outcome = _Outcomes(envs, stop_on_success, record, video_every)
-        rollout(
-            envs,
-            policy,
-            range(seed + first, seed + first + len(envs)),
-            recorder=outcome,
-            stop_on_success=stop_on_success,
-            bar=bar,
-        )
-        outcomes.append(outcome)
-        horizon, n_max = episode_horizon(envs[0]), envs[0].unwrapped.n_max
-        for env in envs:
-            env.close()
+    outcome = _Outcomes(envs, chunk.stop_on_success, frames.append if chunk.gif else None, chunk.video_every)
+    seeds = range(chunk.first, chunk.first + chunk.count)
+    rollout(envs, policy, seeds, recorder=outcome, stop_on_success=chunk.stop_on_success, bar=bar)
+    out = {k: getattr(outcome, k) for k in ("success", "fraction", "returns", "lengths", "steps")}
+    out.update(horizon=episode_horizon(envs[0]), n_max=envs[0].unwrapped.n_max, started=started)
+    for env in envs:
+        env.close()
     if frames:
-        write_gif(gif, frames, fps=20 / video_every)
-    out = {
-        k: np.concatenate([getattr(o, k) for o in outcomes])
-        for k in ("success", "fraction", "returns", "lengths", "steps")
-    }
+        write_gif(chunk.gif, frames, fps=20 / chunk.video_every)
+    return {**out, "ended": time.time()}
+
+
+def _chunk_in_worker(chunk: _Chunk) -> dict[str, Any]:
+    bar = worker_bar()
+    out = _run_chunk(worker_policy(), chunk, bar)
+    bar.flush()
+    return out
+
+
+def _result(env_kwargs: dict[str, Any], seed: int, episodes: int, outcomes: list[dict[str, Any]]) -> EvalResult:
+    """The :class:`EvalResult` of one (part, N) from its chunks' outcomes, in seed order."""
+    out = {k: np.concatenate([o[k] for o in outcomes]) for k in ("success", "fraction", "returns", "lengths", "steps")}
     return EvalResult(
-        part=part,
+        part=env_kwargs["part"],
         n_objects=env_kwargs["n_objects"],
-        n_max=n_max,
-        horizon=horizon,
+        n_max=outcomes[0]["n_max"],
+        horizon=outcomes[0]["horizon"],
         seeds=list(range(seed, seed + episodes)),
         success=out["success"].tolist(),
         fraction_placed=out["fraction"].tolist(),
         returns=out["returns"].tolist(),
         lengths=out["lengths"].tolist(),
         env_steps=int(out["steps"].sum()),
-        wall_s=time.perf_counter() - start,
+        wall_s=max(o["ended"] for o in outcomes) - min(o["started"] for o in outcomes),
     )
 
 

@@ -129,6 +129,7 @@ class Focus:
         self.policy, self.k, self.patience, self.placed_within = policy, int(k), int(patience), float(placed_within)
         self.kwargs = kwargs
         self.meta = {**meta, "rule": self.rule, "focus": {"k": self.k, "patience": self.patience}}
+        self.batch_invariant = bool(getattr(policy, "batch_invariant", False))  # the rule acts per scene
         self.reset_state(0, 0)
 
     @property

@@ -172,6 +172,9 @@ class ExpertPolicy:
     """
 
     meta = {"arch": "scripted_expert", "algo": "scripted"}
+    batch_invariant = True
+    """Env ``b``'s action depends on env ``b`` alone, bit for bit, whatever else is in the batch (see
+    :func:`ecrl.evaluation.evaluate`'s ``workers``)."""
 
     def __init__(self, tolerance: float = 0.5, seeds: Sequence[int] | None = None) -> None:
         self.tolerance = tolerance

@@ -16,6 +16,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
+from stable_baselines3 import HerReplayBuffer
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from tqdm.auto import tqdm
@@ -173,10 +174,23 @@ def collect_demos(
     The buffer gets ``replay_buffer.n_envs`` episodes side by side (one env per buffer slot, as a
     vectorised env would fill it; see :class:`_ReplayFeed`). The first episode of env slot ``i``
     resets with seed ``seed + 7919 i``, the ``k``-th episode after those with ``seed + 7919 (n + k)``; the expert in env slot ``i`` is seeded with ``seed + i``.
+
+    A HER buffer needs ``episodes`` to be a multiple of its ``n_envs`` (push episodes all run to the
+    horizon, so every slot then ends its last episode at the same step). Otherwise a slot whose env
+    has no episode left gets filler rows (its last state, a zero action) that end no episode: the
+    slot's first RL episode would be joined to them, and HER would relabel them with goals reached
+    in that other scene.
+
+    Raises:
+        ValueError: ``episodes < 1``, or not a multiple of the ``n_envs`` of a HER ``replay_buffer``.
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     n = replay_buffer.n_envs if replay_buffer is not None else 1
+    if isinstance(replay_buffer, HerReplayBuffer) and episodes % n:
+        raise ValueError(
+            f"a HER buffer of {n} envs takes whole episodes in every env slot: episodes ({episodes}) must be a multiple of {n}"
+        )
     envs = [make_env() for _ in range(n)]
     expert = ExpertPolicy(seeds=[seed + i for i in range(n)])
     labels = _Labels(n, expert)

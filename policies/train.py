@@ -118,7 +118,7 @@ class TrainConfig(RunOptions):
     tau: float = 0.05
     """Target network Polyak coefficient."""
     learning_starts: int | None = None
-    """Env steps before the first update (default: one episode per env, the minimum HER allows)."""
+    """Env steps (over all parallel envs) before the first update (default: one episode per env, the minimum HER allows)."""
     update_every: int = 2
     """Env steps (per env) between training phases."""
     utd: float = 0.5
@@ -128,7 +128,7 @@ class TrainConfig(RunOptions):
     action_noise: float = 0.1
     """TD3 Gaussian exploration noise (std, in units of the action bound)."""
     demos: int = 200
-    """Scripted-expert episodes added to the replay buffer before training (0: none)."""
+    """Scripted-expert episodes added to the replay buffer before training (0: none); rounded up to a multiple of ``n_envs``."""
     bc_steps: int = 3000
     """Behaviour-cloning steps pre-training the actor on the demonstrations."""
     dagger_iterations: int = 12
@@ -191,6 +191,12 @@ class TrainConfig(RunOptions):
     def horizon(self) -> int:
         return default_horizon(self.n_objects)
 
+    @property
+    def demo_episodes(self) -> int:
+        """The expert episodes seeding the replay buffer: ``demos`` rounded up to a multiple of ``n_envs``, so
+        that every env's slot of the HER buffer holds whole episodes (see :func:`collect_demos`)."""
+        return -(-self.demos // self.n_envs) * self.n_envs
+
     def env_kwargs(self, part: str = "train") -> dict[str, Any]:
         kw: dict[str, Any] = {
             "n_objects": self.n_objects,
@@ -225,14 +231,16 @@ def _with_actor_lr_scale(algo_cls: type, scale: float) -> type:
 def build_model(config: TrainConfig, env) -> SAC | TD3 | TQC:
     """The SB3 algorithm of ``config`` on the vectorised ``env``."""
     algo_cls = _with_actor_lr_scale(ALGOS[config.algo], config.actor_lr_scale)
-    buffer_size = config.buffer_size or (config.steps + config.demos * config.horizon + config.n_envs)
+    buffer_size = config.buffer_size or (config.steps + config.demo_episodes * config.horizon + config.n_envs)
     kwargs: dict[str, Any] = {
         "learning_rate": config.lr,
         "buffer_size": buffer_size,
         "batch_size": config.batch_size,
         "gamma": config.gamma,
         "tau": config.tau,
-        "learning_starts": config.learning_starts if config.learning_starts is not None else config.horizon + 1,
+        "learning_starts": (
+            config.learning_starts if config.learning_starts is not None else config.n_envs * config.horizon + 1
+        ),
         "train_freq": (config.update_every, "step"),
         "gradient_steps": max(1, round(config.utd * config.update_every * config.n_envs)),
         "replay_buffer_class": HerReplayBuffer,
@@ -475,7 +483,7 @@ def _train(run: Run, world: distributed.World, device: torch.device) -> TrainRes
     elif config.demos and (not run.resumed or config.bc_weight > 0):
         demos = collect_demos(
             partial(_make_env, config),
-            config.demos,
+            config.demo_episodes,
             seed=config.seed + 2_000_000,
             replay_buffer=None if run.resumed or not main else model.replay_buffer,
             progress=config.progress and main,

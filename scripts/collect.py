@@ -10,6 +10,14 @@ Failed episodes are left out (`--no-only-success` keeps them) and counted in `me
 existing dataset is never overwritten: `--append` adds shards to it, continuing from the seed where
 its last collection stopped.
 
+`--workers K` collects in K processes, each a contiguous range of the batches (`--batch-size`
+episodes of consecutive seeds) into a shard set of its own, `collection_<c>/worker_<k>/`; `meta.json`
+then lists every set's shards in seed order, and `DemoDataset` reads the arrays one process would
+have written (the shard files too, where every set fills whole shards). A killed parallel collection
+is finished by the same command with `--append` (each set continues after its last shard; any
+`--workers`). Under torchrun (its `RANK`/`WORLD_SIZE`) every rank collects `--workers` shard sets and
+rank 0 writes `meta.json`.
+
 Examples:
     # 100 expert episodes of push with 3 objects (about 10 s on one core)
     ecrl-collect --out data/push3 --n-objects 3 --episodes 100
@@ -19,6 +27,13 @@ Examples:
 
     # 100 more episodes into the same dataset
     ecrl-collect --out data/push3 --n-objects 3 --episodes 100 --append
+
+    # the same dataset from 4 processes (shard sets collection_000/worker_000 … worker_003/); if it is
+    # killed, the same command with --append finishes it
+    ecrl-collect --out data/push3 --n-objects 3 --episodes 1000 --batch-size 25 --workers 4
+
+    # the same under torchrun: each of the 2 ranks collects 2 shard sets, rank 0 writes meta.json
+    torchrun --nproc-per-node 2 -m ecrl.scripts.collect --out data/push3 --n-objects 3 --episodes 1000 --workers 2
 
     # roll out a trained policy instead of the expert, keeping its failures too
     ecrl-collect --out data/push1-eit --n-objects 1 --policy runs/push1-positions-eit__td3__0__20250101-000000 --no-only-success
@@ -55,6 +70,7 @@ import tyro
 import ecrl
 from ecrl.checkpoint import CheckpointError
 from ecrl.datasets import CollectConfig, DatasetError, collect_dataset, import_ogbench_dataset
+from ecrl.parallel import PolicyLoader, torchrun_rank
 from ecrl.scripts.cli import cli_errors, config_of
 from ecrl.scripts.eval import fixed_n_max
 
@@ -75,6 +91,8 @@ class Args(CollectConfig):
     """torch CPU threads for `--policy` (default: torch's choice)."""
     from_ogbench: Path | None = None
     """Convert this OGBench dataset file (`.npz`, e.g. cube-double-play-v0.npz) instead of rolling anything out."""
+    workers: int = 1
+    """Processes collecting, each into a shard set of its own (`collection_<c>/worker_<k>/`) that `meta.json` lists in seed order: the dataset reads as the one a single process writes. Under torchrun, each rank collects `--workers` shard sets."""
 
 
 def default_out(args: Args) -> Path:
@@ -106,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             return
         policy, info = None, None
         config = config_of(args, CollectConfig)
+        ranks = torchrun_rank()
         if args.policy is not None:
             if args.threads:
                 import torch
@@ -118,8 +137,21 @@ def main(argv: Sequence[str] | None = None) -> None:
                 raise ValueError(f"this flat-MLP policy reads exactly {width} object rows; got --n-max {config.n_max}")
             if width is not None:
                 config = dataclasses.replace(config, n_max=width)
+            if args.workers > 1:  # each worker loads the policy itself
+                policy = PolicyLoader(args.policy, args.device)
         out = args.out or default_out(args)
-        result = collect_dataset(out, config, policy, append=args.append, command=command, policy_info=info)
+        result = collect_dataset(
+            out,
+            config,
+            policy,
+            append=args.append,
+            command=command,
+            policy_info=info,
+            workers=args.workers,
+            ranks=ranks,
+        )
+    if ranks is not None and ranks[0] != 0:
+        return
     rate = (result.kept + result.dropped) / max(result.wall_s, 1e-9)
     print(
         f"wrote {result.kept} episodes ({result.steps} steps, {len(result.shards)} shards) to {result.path}/; "

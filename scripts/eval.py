@@ -30,6 +30,10 @@ Examples:
     # the scripted expert alone, a smoke run in a few seconds
     ecrl-eval expert --objects 1 2 --episodes 2 --out /tmp/eval_expert
 
+    # 4 processes, each loading the policy: configurations (part, N) are shared out, 25 episodes at a time;
+    # the numbers are those of one process with --batch-size 25
+    ecrl-eval runs/push3__sac__0__20250101-000000 --workers 4 --batch-size 25
+
     # several evaluations in one plot of success vs N (see `ecrl-eval compare --help`)
     ecrl-eval compare results/diffusion_push3/longest results/diffusion_push3/focus2 \\
         --labels "all objects" "focus=2" --train-n 3 --out /tmp/focus_vs_all.png
@@ -59,6 +63,7 @@ from ecrl.evaluation import (
     write_report,
 )
 from ecrl.focus import Focus
+from ecrl.parallel import PolicyLoader, check_workers
 from ecrl.policy import CONFIG, Policy
 from ecrl.scripts import eval_compare
 from ecrl.scripts.cli import cli_errors
@@ -107,6 +112,10 @@ class Args:
     """Copy the evaluated checkpoint (and the run's config.json, training log and sessions) into `<out>/policy/`, so the output folder can be re-evaluated on its own."""
     progress: bool = True
     """Show a progress bar."""
+    workers: int = 1
+    """Processes running episodes, each loading the policy from PATH, a batch of episodes (`--batch-size`) at a time: the results are those of one process with the same batches, every per-episode number identical (`ecrl.evaluation.evaluate`)."""
+    batch_size: int | None = None
+    """Episodes run side by side, the unit of `--workers` (default: all `--episodes` of a (part, N), so that workers take whole configurations; the scripted expert, whose actions do not depend on the batch, is spread over the workers). A network acts a little differently on batches of another size, so its numbers change with it."""
 
 
 def default_out(path: str) -> Path:
@@ -150,8 +159,15 @@ def resolve(args: Args, policy) -> tuple[tuple[int, ...], dict]:
         "seed": args.seed,
         "n_max": n_max,
     }
-    check_settings(objects, kwargs["goal"], split, kwargs["parts"], args.episodes, n_max)
-    return objects, {**kwargs, "stop_on_success": args.stop_on_success, "progress": args.progress}
+    check_settings(objects, kwargs["goal"], split, kwargs["parts"], args.episodes, n_max, args.batch_size)
+    check_workers(args.workers)
+    return objects, {
+        **kwargs,
+        "stop_on_success": args.stop_on_success,
+        "progress": args.progress,
+        "workers": args.workers,
+        "batch_size": args.batch_size,
+    }
 
 
 def focused(args: Args, policy: Policy | ExpertPolicy) -> Policy | ExpertPolicy | Focus:
@@ -172,7 +188,7 @@ def run(args: Args, policy, objects: tuple[int, ...], kwargs: dict, command: str
     report = evaluate(
         policy if acting is None else acting, objects, video_dir=out / "videos" if args.video else None, **kwargs
     )
-    expert = evaluate(ExpertPolicy(), objects, **kwargs) if args.expert and args.path != EXPERT else None
+    expert = evaluate(ExpertPolicy, objects, **kwargs) if args.expert and args.path != EXPERT else None
     write_report(report, out, command, expert=expert)
     run_dir = Path(args.path)
     if args.path != EXPERT and (run_dir / "tb" / "progress.csv").exists():
@@ -231,12 +247,26 @@ def plot_learning_curve(progress_csv: Path, path: Path) -> None:
 def with_policy_options(policy: Policy, items: Sequence[str]) -> Policy:
     """``policy`` with ``["sampling_steps=10", "fixed_noise=false"]`` applied (see :meth:`Policy.with_options`);
     each value is typed like the setting it replaces."""
+    return policy.with_options(**policy_options(policy, items))
+
+
+def policy_options(policy: Policy, items: Sequence[str]) -> dict:
+    """``{"sampling_steps": 10, "fixed_noise": False}`` for ``["sampling_steps=10", "fixed_noise=false"]``:
+    each value typed like the setting of ``policy`` it replaces."""
     types = {k: type(v) for k, v in policy.options.items()}
     for item in items:  # the spelling of before ecrl.focus (issue 20)
         name, _, value = item.partition("=")
         if name == "focus":
             raise ValueError(f"focus is not a policy option but a rule around the policy: use --focus {value}")
-    return policy.with_options(**dict(parse_assignment(item, types, "policy option") for item in items))
+    return dict(parse_assignment(item, types, "policy option") for item in items)
+
+
+def worker_source(args: Args, options: dict) -> type[ExpertPolicy] | PolicyLoader:
+    """What each worker process builds its acting policy from (``--workers``): the policy at ``args.path``
+    with ``options`` and the focus rule, or the scripted expert."""
+    if args.path == EXPERT:
+        return ExpertPolicy
+    return PolicyLoader(args.path, args.device, tuple(options.items()), args.focus, args.patience)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -246,13 +276,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         return eval_compare.main(argv[1:])
     args = tyro.cli(Args, args=argv, prog="ecrl-eval", description=__doc__)
     with cli_errors("ecrl-eval", (CheckpointError, ValueError)):  # bad input: a clean message, not a traceback
-        policy = ExpertPolicy() if args.path == EXPERT else ecrl.load(args.path, device=args.device)
+        policy, options = ExpertPolicy() if args.path == EXPERT else ecrl.load(args.path, device=args.device), {}
         if args.policy_options:
             if args.path == EXPERT:
                 raise ValueError("--policy-options needs a trained policy, not the scripted expert")
-            policy = with_policy_options(policy, args.policy_options)
+            options = policy_options(policy, args.policy_options)
+            policy = policy.with_options(**options)
         acting = focused(args, policy)
         objects, kwargs = resolve(args, policy)
+        if args.workers > 1:  # each worker loads the policy itself
+            acting = worker_source(args, options)
     table, out = run(args, policy, objects, kwargs, command=shlex.join(["ecrl-eval", *argv]), acting=acting)
     print(table)
     extra = (", videos/" if args.video else "") + (", policy/" if args.copy_policy else "")

@@ -38,6 +38,7 @@ import tyro
 
 from ecrl.envs import GOAL_KINDS, MAX_OBJECTS
 from ecrl.evaluation import evaluate as evaluate_policy
+from ecrl.parallel import check_workers
 from ecrl.reporting import (
     camera_strip,
     markdown_table,
@@ -73,6 +74,8 @@ class Args:
     """Side in pixels of each camera view in `rollout.gif` (`scene.png` uses twice this)."""
     video_every: int = 2
     """Keep every k-th step in `rollout.gif` (the env runs at 20 steps per second)."""
+    workers: int = 1
+    """Processes running episodes (the numbers are those of one process, see `ecrl.evaluation.evaluate`)."""
 
     def __post_init__(self) -> None:
         for goal in (*self.goals, self.video_goal):
@@ -89,6 +92,7 @@ class Args:
             raise ValueError(f"video_size must be in 16 … 128 pixels, got {self.video_size}")
         if self.video_every < 1:
             raise ValueError(f"video_every must be >= 1, got {self.video_every}")
+        check_workers(self.workers)
 
 
 def evaluate(args: Args) -> list[dict[str, Any]]:
@@ -97,7 +101,13 @@ def evaluate(args: Args) -> list[dict[str, Any]]:
     rows = []
     for goal in args.goals:
         report = evaluate_policy(
-            ExpertPolicy(), args.n_objects, goal=goal, episodes=args.episodes, seed=args.seed, stop_on_success=True
+            ExpertPolicy,
+            args.n_objects,
+            goal=goal,
+            episodes=args.episodes,
+            seed=args.seed,
+            stop_on_success=True,
+            workers=args.workers,
         )
         for r in report.rows():
             keep = ("n_objects", "episodes", "successes", "success_rate", "success_ci95", "fraction_placed")
