@@ -30,9 +30,9 @@ import json
 import math
 import shutil
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from ecrl import distributed
 from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
 from ecrl.datasets import DemoDataset, read_meta
-from ecrl.diffusion.denoiser import DenoiserConfig
+from ecrl.diffusion.config import DiffusionTrainConfig
 from ecrl.diffusion.ema import EMA
 from ecrl.diffusion.hierarchical import HierarchicalPlanner, segment_windows, subgoal_windows
 from ecrl.diffusion.noise import LossTerms, loss
@@ -52,10 +52,10 @@ from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.warm_start import init_from, planner_denoisers
 from ecrl.distributed import World
 from ecrl.encoders import load_encoder
-from ecrl.evaluation import evaluate, log_tensorboard, scalars
+from ecrl.eval_report import log_tensorboard, scalars
+from ecrl.evaluation import evaluate
 from ecrl.policy import Policy
 from ecrl.training import (
-    ComputeOptions,
     Run,
     WindowLog,
     append_csv,
@@ -69,157 +69,6 @@ from ecrl.training import (
 )
 
 __all__ = ["DiffusionTrainConfig", "DiffusionTrainResult", "planner_policy", "train"]
-
-
-@dataclass
-class DiffusionTrainConfig(ComputeOptions):
-    """A diffusion-planner training run (every field is a command-line option of ``ecrl-train-diffusion``).
-
-    The defaults are the recipe of ``results/diffusion_push3``: a small denoiser and many updates.
-    """
-
-    dataset: Path = Path("data/push3")
-    """Demonstration dataset written by ``ecrl-collect``."""
-    planner: Literal["flat", "hierarchical"] = "flat"
-    """flat: one denoiser over horizon-step plans; hierarchical: subgoals every subgoal_every steps over dense segments."""
-    encoder: Path | None = None
-    """Plan from pixels: a frozen encoder (``ecrl-train-encoder`` run or checkpoint) whose entities of the dataset's camera frames replace the state entities (needs a pixel dataset; flat planner)."""
-    denoiser: DenoiserConfig = field(default_factory=DenoiserConfig)
-    """The denoiser: its size, its noise schedule and (flat planner) its ``horizon``, the plan length in env
-    steps. The hierarchical planner's two denoisers have this size with horizons ``subgoal_horizon``
-    (high) and ``subgoal_every`` (low); ``entity_dim`` comes from ``--encoder``."""
-    goal_dropout: float = 0.15
-    """Fraction of training windows without their goal (flat planner), for classifier-free guidance."""
-    guidance: float = 2.0
-    """Classifier-free guidance weight on the goal when the flat planner acts (needs ``goal_dropout`` > 0 if not 1)."""
-    sampling_steps: int = 5
-    """DDIM steps (denoiser calls) per plan when acting (hierarchical: per segment)."""
-    replan_every: int = 1
-    """Actions executed from a plan (hierarchical: a segment) before re-planning."""
-    fixed_noise: bool = False
-    """Start every plan from the same noise (plans a deterministic function of the observation); by default each plan draws fresh noise, which solved more push-3 episodes (a planner stuck on a stand-still plan stays stuck with fixed noise)."""
-    subgoal_every: int = 8
-    """Hierarchical: K, env steps between subgoals (the length of a segment)."""
-    subgoal_horizon: int = 8
-    """Hierarchical: Hh, subgoals per high-level plan (which spans K·Hh env steps)."""
-    subgoal_sampling_steps: int = 5
-    """Hierarchical: DDIM steps per high-level plan."""
-    subgoal_replan_every: int | None = None
-    """Hierarchical: env steps between high-level plans (default: subgoal_every)."""
-    subgoal_action_weight: float = 1.0
-    """Hierarchical: weight of the high level's action term (mean action over each stride; an auxiliary target)."""
-    init_from: Path | None = None
-    """Start from the weights of a saved state planner (a checkpoint directory, e.g. a committed ``policy/``) of the same kind and size, to train it further when its run directory is gone; a flat planner can also start both levels of a hierarchical one (same denoiser size; horizons may differ). The weights start both the model and its EMA, the optimizer and the learning-rate schedule start afresh."""
-    steps: int = 120_000
-    """Budget: gradient steps (the default takes about 45 minutes on one CPU core)."""
-    batch_size: int = 128
-    """Windows per gradient step (per level), over all processes: under torchrun with K processes each draws batch_size / K."""
-    lr: float = 1e-3
-    """Peak learning rate (AdamW), reached after ``warmup`` steps, then cosine decay to a tenth."""
-    warmup: int = 500
-    """Linear learning-rate warm-up steps."""
-    weight_decay: float = 1e-4
-    """AdamW weight decay."""
-    action_weight: float = 10.0
-    """Weight of the action term of the loss (the state term has weight 1)."""
-    ema_decay: float = 0.999
-    """Decay of the EMA weights that are evaluated and saved."""
-    seed: int = 0
-    """Seed of the network initialisation, the window sampler and the diffusion noise."""
-    eval_every: int = 10_000
-    """Gradient steps between evaluations in the env (0: none)."""
-    eval_objects: tuple[int, ...] = ()
-    """Numbers of objects evaluated periodically (default: the dataset's largest N and twice it)."""
-    eval_episodes: int = 20
-    """Episodes per evaluated N."""
-    eval_parts: tuple[str, ...] = ("train",)
-    """Parts of the dataset's split evaluated periodically (when it has one)."""
-    checkpoint_every: int = 2000
-    """Gradient steps between checkpoints (0: only at the end)."""
-    log_every: int = 100
-    """Gradient steps between tensorboard scalars."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        problems = []
-        for name in ("steps", "batch_size", "sampling_steps", "replan_every", "eval_episodes"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
-        horizon, diffusion_steps = self.denoiser.horizon, self.denoiser.diffusion_steps
-        if self.planner not in ("flat", "hierarchical"):
-            problems.append(f"planner must be 'flat' or 'hierarchical', got {self.planner!r}")
-        elif self.planner == "flat" and self.replan_every > horizon:
-            problems.append(f"replan_every ({self.replan_every}) must not exceed denoiser.horizon ({horizon})")
-        elif self.planner == "hierarchical":
-            problems += self._hierarchical_problems()
-        if self.sampling_steps > diffusion_steps:
-            problems.append(
-                f"sampling_steps ({self.sampling_steps}) exceeds denoiser.diffusion_steps ({diffusion_steps})"
-            )
-        if self.denoiser.entity_dim:
-            problems.append("denoiser.entity_dim is set by the encoder (--encoder), not by hand")
-        if not 0 <= self.goal_dropout < 1:
-            problems.append(f"goal_dropout must be in [0, 1), got {self.goal_dropout}")
-        if self.guidance != 1.0 and self.goal_dropout == 0:
-            problems.append("guidance != 1 needs a model trained with goal_dropout > 0")
-        if not 0 < self.ema_decay < 1:
-            problems.append(f"ema_decay must be in (0, 1), got {self.ema_decay}")
-        if self.lr <= 0:
-            problems.append(f"lr must be > 0, got {self.lr}")
-        if self.encoder is not None and self.planner != "flat":
-            problems.append("planning from pixels (--encoder) is implemented for the flat planner only")
-        if self.encoder is not None and self.init_from is not None:
-            problems.append("--init-from starts state planners only, not planners from pixels (--encoder)")
-        if problems:
-            raise ValueError("invalid diffusion training config: " + "; ".join(problems))
-
-    def _hierarchical_problems(self) -> list[str]:
-        k, hh = self.subgoal_every, self.subgoal_horizon
-        problems = [
-            f"{name} must be >= {low}, got {getattr(self, name)}"
-            for name, low in (("subgoal_every", 1), ("subgoal_horizon", 2), ("subgoal_sampling_steps", 1))
-            if getattr(self, name) < low
-        ]
-        if self.replan_every > k:
-            problems.append(f"replan_every ({self.replan_every}) must not exceed subgoal_every ({k})")
-        if self.subgoal_sampling_steps > self.denoiser.diffusion_steps:
-            problems.append(
-                f"subgoal_sampling_steps ({self.subgoal_sampling_steps}) exceeds "
-                f"denoiser.diffusion_steps ({self.denoiser.diffusion_steps})"
-            )
-        every = self.subgoal_replan_every
-        if every is not None and not 1 <= every <= k * (hh - 1) + 1:
-            problems.append(f"subgoal_replan_every must be in [1, K·(Hh − 1) + 1 = {k * (hh - 1) + 1}], got {every}")
-        if self.subgoal_action_weight < 0:
-            problems.append(f"subgoal_action_weight must be >= 0, got {self.subgoal_action_weight}")
-        return problems
-
-    @property
-    def subgoal_denoiser(self) -> DenoiserConfig:
-        """The hierarchical planner's high level: ``subgoal_horizon`` jumps."""
-        return replace(self.denoiser, horizon=self.subgoal_horizon)
-
-    @property
-    def segment_denoiser(self) -> DenoiserConfig:
-        """The hierarchical planner's low level: ``subgoal_every`` steps, the last one given."""
-        return replace(self.denoiser, horizon=self.subgoal_every)
-
-    def make_planner(self, entity_dim: int = 0) -> DiffusionPlanner | HierarchicalPlanner:
-        """A fresh (untrained) planner of this run's kind and size (``entity_dim``: generic rows, see :class:`DenoiserConfig`)."""
-        if self.planner == "flat":
-            denoiser = replace(self.denoiser, entity_dim=entity_dim)
-            return DiffusionPlanner(
-                denoiser, self.sampling_steps, self.replan_every, fixed_noise=self.fixed_noise, guidance=self.guidance
-            )
-        return HierarchicalPlanner(
-            self.subgoal_denoiser,
-            self.segment_denoiser,
-            high_sampling_steps=self.subgoal_sampling_steps,
-            low_sampling_steps=self.sampling_steps,
-            replan_every=self.replan_every,
-            high_replan_every=self.subgoal_replan_every,
-            fixed_noise=self.fixed_noise,
-        )
 
 
 @dataclass
@@ -513,5 +362,5 @@ def _train(run: Run, world: World, device: torch.device) -> DiffusionTrainResult
         writer.close()
     result.steps, result.wall_s = trainer.step, time.perf_counter() - start
     if main:
-        close_run(run, trainer.step, result.wall_s)
+        close_run(run, trainer.step, result.wall_s, windows_per_s=result.windows_per_s)
     return result

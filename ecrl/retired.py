@@ -57,7 +57,7 @@ RETIRED: dict[str, dict[str, Retired]] = {
         "colour_detail": Retired(0.5, "results/encoders/top_close/README.md"),
     },
     "ecrl.diffusion.denoiser:DenoiserConfig": {"entity_goals": _ENTITY_GOALS, "relative_goals": _RELATIVE_GOALS},
-    "ecrl.diffusion.train:DiffusionTrainConfig": {
+    "ecrl.diffusion.config:DiffusionTrainConfig": {
         "entity_goals": _ENTITY_GOALS,
         "relative_goals": _RELATIVE_GOALS,
         "still_objects": Retired(0, _PUSH3),
@@ -81,7 +81,7 @@ RETIRED: dict[str, dict[str, Retired]] = {
         ),
         "patience": Retired(ANY, _PUSH2),
     },
-    "ecrl.policies.train:TrainConfig": {
+    "ecrl.policies.config:TrainConfig": {
         "bc_q_filter": Retired(False, "results/rl_push1/README.md"),
         "select": Retired(
             False, _PUSH2, "train the plain actor (no scorer) and evaluate it with ecrl-eval --focus 1 --patience 30"

@@ -54,14 +54,8 @@ import tyro
 
 import ecrl
 from ecrl.checkpoint import CheckpointError
-from ecrl.evaluation import (
-    EVAL_SEED,
-    ExpertPolicy,
-    check_settings,
-    evaluate,
-    report_table,
-    write_report,
-)
+from ecrl.eval_report import report_table, write_report
+from ecrl.evaluation import EVAL_SEED, ExpertPolicy, check_settings, evaluate
 from ecrl.focus import Focus
 from ecrl.parallel import PolicyLoader, check_workers
 from ecrl.policy import CONFIG, Policy

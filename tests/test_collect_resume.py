@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-import ecrl.collect as collect
+import ecrl.collect_batches as collect_batches
 from ecrl.datasets import CollectConfig, DemoDataset, collect_dataset
 
 
@@ -16,7 +16,7 @@ def _config(**kwargs) -> CollectConfig:
 
 
 def test_append_after_an_interruption_continues_where_it_stopped(tmp_path, monkeypatch):
-    rollout, calls = collect._rollout, []
+    rollout, calls = collect_batches._rollout, []
 
     def interrupted(*args, **kwargs):
         calls.append(1)
@@ -24,10 +24,10 @@ def test_append_after_an_interruption_continues_where_it_stopped(tmp_path, monke
             raise KeyboardInterrupt  # killed during the second batch: seeds 2 and 3 never finish
         return rollout(*args, **kwargs)
 
-    monkeypatch.setattr(collect, "_rollout", interrupted)
+    monkeypatch.setattr(collect_batches, "_rollout", interrupted)
     with pytest.raises(KeyboardInterrupt):
         collect_dataset(tmp_path / "cut", _config())
-    monkeypatch.setattr(collect, "_rollout", rollout)
+    monkeypatch.setattr(collect_batches, "_rollout", rollout)
     meta = json.loads((tmp_path / "cut" / "meta.json").read_text())
     assert (meta["episodes"], meta["collections"][0]["complete"], meta["collections"][0]["seeds_done"]) == (2, False, 2)
 

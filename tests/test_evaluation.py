@@ -5,7 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from ecrl.evaluation import ExpertPolicy, evaluate, log_report, report_table, scalars, write_report
+from ecrl.eval_report import log_report, report_table, scalars, write_report
+from ecrl.evaluation import ExpertPolicy, evaluate
 from ecrl.policy import Policy
 
 
