@@ -152,6 +152,9 @@ def session(device: torch.device) -> Iterator[tuple[World, torch.device]]:
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=TIMEOUT)
     try:
         yield world, device
+        # Every rank leaves together: a rank that tears its group down while rank 0 still evaluates and
+        # saves was seen to abort in gloo's destructor ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
