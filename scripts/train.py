@@ -60,7 +60,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"run directory: {result.run_dir}  env steps: {result.env_steps}  wall: {result.wall_s:.0f} s")
     if args.final_eval_objects:
         objects = [str(n) for n in args.final_eval_objects]
-        eval_main([str(result.run_dir), "--objects", *objects, "--episodes", str(args.final_eval_episodes)])
+        progress = [] if args.progress else ["--no-progress"]
+        eval_main([str(result.run_dir), "--objects", *objects, "--episodes", str(args.final_eval_episodes), *progress])
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     if args.final_eval_objects:
         objects = [str(n) for n in args.final_eval_objects]
-        eval_main([str(result.run_dir), "--objects", *objects, "--episodes", str(args.final_eval_episodes)])
+        progress = [] if args.progress else ["--no-progress"]
+        eval_main([str(result.run_dir), "--objects", *objects, "--episodes", str(args.final_eval_episodes), *progress])
 
 
 if __name__ == "__main__":
