@@ -71,6 +71,12 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: 
     return "\n".join(lines)
 
 
+def targets_table(targets: Iterable[Mapping[str, Any]]) -> str:
+    """The markdown table of a benchmark's ``targets`` (``target``, ``value``, ``pass``): PASS or FAIL per row."""
+    rows = [[t["target"], t["value"], "PASS" if t["pass"] else "FAIL"] for t in targets]
+    return markdown_table(["target", "value", "result"], rows, align="lrl")
+
+
 def plot_success_vs_n(
     series: Mapping[str, Sequence[Mapping[str, Any]]],
     path: Path,

@@ -423,5 +423,5 @@ def _train(run: Run, world: World, device: torch.device) -> EncoderTrainResult:
         writer.close()
     result.steps, result.wall_s = trainer.step, time.perf_counter() - start
     if main:
-        close_run(run, trainer.step, result.wall_s)
+        close_run(run, trainer.step, result.wall_s, images_per_s=result.images_per_s)
     return result

@@ -13,6 +13,8 @@ Subcommands:
               images/s against MuJoCo rendering (see `ecrl.encoders.bench`)
     ogbench   the OGBench cube adapter's step time against OGBench's own env, steps/s for 2, 3, 4 and 8
               cubes, play data steps/s (see `ecrl.envs.ogbench_bench`; extra `ecrl[ogbench]`)
+    scaling   1 vs K processes: diffusion training windows/s under torchrun, evaluation and collection env
+              steps/s with --workers, beside the machine's own parallel ceiling (see `ecrl.scaling`)
 
 Examples:
     # the full environment benchmark (about a minute on 2 cores) -> results/bench_envs/
@@ -46,6 +48,9 @@ Examples:
     # OGBench cubes: adapter vs OGBench step time (under 2 minutes) -> results/bench_ogbench/
     ecrl-bench ogbench
 
+    # 1 vs 2 processes: diffusion training under torchrun, evaluation and collection workers -> results/bench_scaling/
+    ecrl-bench scaling
+
     # every option
     ecrl-bench envs --help
     ecrl-bench policies --help
@@ -71,6 +76,7 @@ from ecrl.scripts import (
     bench_ogbench,
     bench_planners,
     bench_policies,
+    bench_scaling,
 )
 
 # name -> (typed arguments, run(args, command)).
@@ -81,6 +87,7 @@ BENCHMARKS: dict[str, tuple[type, ModuleType]] = {
     "planners": (bench_planners.PlannersArgs, bench_planners),
     "encoders": (bench_encoders.EncodersArgs, bench_encoders),
     "ogbench": (bench_ogbench.OGBenchArgs, bench_ogbench),
+    "scaling": (bench_scaling.ScalingArgs, bench_scaling),
 }
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ecrl.diffusion.bench import DiffusionBenchConfig, measure
-from ecrl.reporting import markdown_table, report_header
+from ecrl.reporting import markdown_table, report_header, targets_table
 
 __all__ = ["FIGURE", "DiffusionArgs", "check_targets", "measure", "plot", "tables", "write_readme"]
 
@@ -81,14 +81,13 @@ def _table(columns: tuple[tuple[str, str, str], ...], rows: list[dict[str, Any]]
 def tables(result: dict[str, Any]) -> str:
     """Markdown tables: latency per env step, denoiser call, training windows/s, targets."""
     ref = result["reference"]
-    targets = [[t["target"], t["value"], "PASS" if t["pass"] else "FAIL"] for t in result["targets"]]
     return "\n\n".join(
         [
             _table(_LATENCY, result["latency"]),
             f"Reference ({ref['label']}), same loops: median {ref['median_ms']:.3f} ms, p90 {ref['p90_ms']:.3f} ms.",
             _table(_DENOISER, result["denoiser_call"]),
             _table(_TRAINING, result["training"]),
-            markdown_table(["target", "value", "result"], targets, align="lrl"),
+            targets_table(result["targets"]),
         ]
     )
 

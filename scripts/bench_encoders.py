@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ecrl.encoders.bench import EncodersBenchConfig, decomposition_file, measure
-from ecrl.reporting import markdown_table, report_header
+from ecrl.reporting import markdown_table, report_header, targets_table
 
 __all__ = ["FIGURE", "EncodersArgs", "check_targets", "measure", "plot", "tables", "write_readme"]
 
@@ -82,8 +82,7 @@ def tables(result: dict[str, Any]) -> str:
             "FG-ARI / position error (cm) by number of objects in the scene:\n\n"
             + markdown_table(["encoder", *[f"N={n}" for n in ns]], per_n)
         )
-    targets = [[t["target"], t["value"], "PASS" if t["pass"] else "FAIL"] for t in result["targets"]]
-    parts.append(markdown_table(["target", "value", "result"], targets, align="lrl"))
+    parts.append(targets_table(result["targets"]))
     return "\n\n".join(parts)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from ecrl.envs.ogbench import EPISODE_STEPS
 from ecrl.envs.ogbench_bench import OGBenchBenchConfig, measure
-from ecrl.reporting import markdown_table, report_header
+from ecrl.reporting import markdown_table, report_header, targets_table
 
 __all__ = [
     "FIGURE",
@@ -78,12 +78,7 @@ def tables(result: dict[str, Any]) -> str:
             )
         )
     if result.get("targets"):
-        lines.append(
-            markdown_table(
-                ["target", "value", "result"],
-                [[t["target"], t["value"], "PASS" if t["pass"] else "FAIL"] for t in result["targets"]],
-            )
-        )
+        lines.append(targets_table(result["targets"]))
     return "\n\n".join(lines)
 
 

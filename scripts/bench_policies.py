@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ecrl.policies.bench import PoliciesBenchConfig, measure
-from ecrl.reporting import markdown_table, report_header
+from ecrl.reporting import markdown_table, report_header, targets_table
 
 __all__ = ["FIGURE", "PoliciesArgs", "check_targets", "measure", "plot", "tables", "write_readme"]
 
@@ -64,8 +64,7 @@ def tables(result: dict[str, Any]) -> str:
         rows = [[r["label"], f"{r['median_ms']:.3f}", f"{r['p90_ms']:.3f}", f"{r['min_ms']:.3f}"] for r in lat]
         parts.append(markdown_table(header, rows))
     if result["targets"]:
-        rows = [[t["target"], t["value"], "PASS" if t["pass"] else "FAIL"] for t in result["targets"]]
-        parts.append(markdown_table(["target", "value", "result"], rows, align="lrl"))
+        parts.append(targets_table(result["targets"]))
     return "\n\n".join(parts)
 
 

@@ -263,6 +263,23 @@ def worker_source(args: Args, options: dict) -> type[ExpertPolicy] | PolicyLoade
     return PolicyLoader(args.path, args.device, tuple(options.items()), args.focus, args.patience)
 
 
+@dataclass
+class FinalEvaluation:
+    """The evaluation a training CLI runs at its end (`ecrl-train`, `ecrl-train-diffusion`)."""
+
+    final_eval_objects: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
+    """Numbers of objects of the evaluation at the end of training (written to <run>/eval/; empty: skip)."""
+    final_eval_episodes: int = 50
+    """Episodes per number of objects (and split part) of that evaluation."""
+
+    def run_final_evaluation(self, run_dir: Path, progress: bool) -> None:
+        """`ecrl-eval run_dir` with these settings (nothing with no numbers of objects)."""
+        if self.final_eval_objects:
+            objects = [str(n) for n in self.final_eval_objects]
+            quiet = [] if progress else ["--no-progress"]
+            main([str(run_dir), "--objects", *objects, "--episodes", str(self.final_eval_episodes), *quiet])
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `ecrl-eval`."""
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -36,19 +36,15 @@ import tyro
 from ecrl.distributed import is_main
 from ecrl.policies.train import TrainConfig, train
 from ecrl.scripts.cli import config_of
-from ecrl.scripts.eval import main as eval_main
+from ecrl.scripts.eval import FinalEvaluation
 
 
 @dataclass
-class TrainArgs(TrainConfig):
+class TrainArgs(TrainConfig, FinalEvaluation):
     """Options of `ecrl-train` (a training config plus what to do around it)."""
 
     resume: Path | None = None
     """Continue the run in this directory from checkpoints/latest/ (its config.json is used; other options are ignored)."""
-    final_eval_objects: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
-    """Numbers of objects of the evaluation at the end of training (written to <run>/eval/; empty: skip)."""
-    final_eval_episodes: int = 50
-    """Episodes per number of objects (and split part) of that evaluation."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -58,10 +54,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not is_main():  # under torchrun, rank 0 trains the RL stage, reports and evaluates
         return
     print(f"run directory: {result.run_dir}  env steps: {result.env_steps}  wall: {result.wall_s:.0f} s")
-    if args.final_eval_objects:
-        objects = [str(n) for n in args.final_eval_objects]
-        progress = [] if args.progress else ["--no-progress"]
-        eval_main([str(result.run_dir), "--objects", *objects, "--episodes", str(args.final_eval_episodes), *progress])
+    args.run_final_evaluation(result.run_dir, args.progress)
 
 
 if __name__ == "__main__":

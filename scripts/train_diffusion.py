@@ -45,19 +45,15 @@ from ecrl.datasets import DatasetError
 from ecrl.diffusion.train import DiffusionTrainConfig, train
 from ecrl.distributed import is_main
 from ecrl.scripts.cli import cli_errors, config_of
-from ecrl.scripts.eval import main as eval_main
+from ecrl.scripts.eval import FinalEvaluation
 
 
 @dataclass
-class TrainDiffusionArgs(DiffusionTrainConfig):
+class TrainDiffusionArgs(DiffusionTrainConfig, FinalEvaluation):
     """Options of `ecrl-train-diffusion` (a training config plus what to do around it)."""
 
     resume: Path | None = None
     """Continue the run in this directory from checkpoints/latest/ (its config.json is used, except a larger --steps)."""
-    final_eval_objects: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
-    """Numbers of objects of the evaluation at the end of training (written to <run>/eval/; empty: skip)."""
-    final_eval_episodes: int = 50
-    """Episodes per number of objects (and split part) of that evaluation."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -71,10 +67,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"run directory: {result.run_dir}  gradient steps: {result.steps}  wall: {result.wall_s:.0f} s  "
         f"loss: {result.loss:.4f}  windows/s: {result.windows_per_s:.0f}"
     )
-    if args.final_eval_objects:
-        objects = [str(n) for n in args.final_eval_objects]
-        progress = [] if args.progress else ["--no-progress"]
-        eval_main([str(result.run_dir), "--objects", *objects, "--episodes", str(args.final_eval_episodes), *progress])
+    args.run_final_evaluation(result.run_dir, args.progress)
 
 
 if __name__ == "__main__":
