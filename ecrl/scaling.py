@@ -14,7 +14,8 @@ Four measurements, each with 1 and with ``processes`` processes, one torch/BLAS 
   --nproc-per-node K`` with the same global batch (each process samples ``batch_size / K`` windows).
   Windows/s is the training's own rate over the second half of the run (after start-up), read from
   the run's ``sessions.jsonl``, at each of ``batch_sizes``. The single process also runs with K
-  threads, the other way to use K cores.
+  threads, the other way to use K cores; and K separate runs of ``batch / K`` side by side, with no
+  communication at all, give the most that data parallelism could reach at that batch on this machine.
 * **Evaluation.** :func:`ecrl.evaluation.evaluate` of the scripted expert with ``workers`` 1 and K:
   env steps/s over the whole call (process start-up included, as a user waits for it).
 * **Collection.** :func:`ecrl.collect.collect_dataset` of expert episodes with ``workers`` 1 and K:
@@ -116,13 +117,7 @@ def _environment() -> dict[str, str]:
     return dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), **threads)
 
 
-def train_rate(dataset: Path, runs: Path, name: str, processes: int, threads: int, batch: int, windows: int) -> float:
-    """Windows/s of an ``ecrl-train-diffusion`` run on ``dataset`` with ``processes`` ranks of ``threads`` threads.
-
-    The run trains ``windows // batch`` steps at global batch ``batch``, as a subprocess (under ``torchrun
-    --standalone`` for more than one process); its rate over the last half of the steps is read from its
-    ``sessions.jsonl``.
-    """
+def _train_command(dataset: Path, runs: Path, name: str, processes: int, threads: int, batch: int, windows: int):
     steps = windows // batch
     args = ["--dataset", str(dataset), "--runs-dir", str(runs), "--name", name, "--steps", str(steps)]
     args += ["--batch-size", str(batch), "--log-every", str(steps // 2), "--eval-every", "0"]
@@ -131,13 +126,47 @@ def train_rate(dataset: Path, runs: Path, name: str, processes: int, threads: in
     launch = [sys.executable, "-m"]
     if processes > 1:
         launch += ["torch.distributed.run", "--standalone", "--nproc-per-node", str(processes), "-m"]
-    done = subprocess.run(
-        [*launch, "ecrl.scripts.train_diffusion", *args], capture_output=True, text=True, env=_environment()
-    )
+    return [*launch, "ecrl.scripts.train_diffusion", *args]
+
+
+def _session_rate(runs: Path, name: str, done: subprocess.CompletedProcess) -> float:
     if done.returncode != 0:
         raise RuntimeError(f"the training run {name} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     session = json.loads((runs / name / "sessions.jsonl").read_text().splitlines()[-1])
     return float(session["windows_per_s"])
+
+
+def train_rate(dataset: Path, runs: Path, name: str, processes: int, threads: int, batch: int, windows: int) -> float:
+    """Windows/s of an ``ecrl-train-diffusion`` run on ``dataset`` with ``processes`` ranks of ``threads`` threads.
+
+    The run trains ``windows // batch`` steps at global batch ``batch``, as a subprocess (under ``torchrun
+    --standalone`` for more than one process); its rate over the last half of the steps is read from its
+    ``sessions.jsonl``.
+    """
+    command = _train_command(dataset, runs, name, processes, threads, batch, windows)
+    done = subprocess.run(command, capture_output=True, text=True, env=_environment())
+    return _session_rate(runs, name, done)
+
+
+def independent_rate(dataset: Path, runs: Path, name: str, k: int, batch: int, windows: int) -> float:
+    """Summed windows/s of ``k`` separate one-thread runs at batch ``batch / k``, side by side, with no
+    communication: the most data parallelism could give at that per-process batch on this machine."""
+    names = [f"{name}_{i}" for i in range(k)]
+    procs = [
+        subprocess.Popen(
+            _train_command(dataset, runs, n, 1, 1, batch // k, windows // k),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_environment(),
+        )
+        for n in names
+    ]
+    outputs = [(p, *p.communicate()) for p in procs]
+    return sum(
+        _session_rate(runs, n, subprocess.CompletedProcess(p.args, p.returncode, out, err))
+        for n, (p, out, err) in zip(names, outputs, strict=True)
+    )
 
 
 def _timed(fn: Any) -> tuple[Any, float]:
@@ -215,9 +244,11 @@ def measure(config: ScalingBenchConfig) -> dict[str, Any]:
 
 
 def _training(dataset: Path, runs: Path, k: int, batch: int, windows: int) -> dict[str, Any]:
-    """Windows/s at global batch ``batch``: 1 process of 1 thread, 1 of ``k`` threads, ``k`` of 1 thread."""
+    """Windows/s at global batch ``batch``: 1 process of 1 thread, 1 of ``k`` threads, ``k`` of 1 thread under
+    torchrun, and ``k`` separate runs of ``batch / k`` side by side (:func:`independent_rate`)."""
     one = train_rate(dataset, runs, f"b{batch}_p1_t1", 1, 1, batch, windows)
     threads = train_rate(dataset, runs, f"b{batch}_p1_t{k}", 1, k, batch, windows)
     many = train_rate(dataset, runs, f"b{batch}_p{k}_t1", k, 1, batch, windows)
-    ratios = {"ratio": many / one, "ratio_threads": threads / one}
-    return {"batch": batch, "one": one, "one_threads": threads, "many": many, **ratios}
+    apart = independent_rate(dataset, runs, f"b{batch}_apart", k, batch, windows)
+    ratios = {"ratio": many / one, "ratio_threads": threads / one, "ratio_independent": apart / one}
+    return {"batch": batch, "one": one, "one_threads": threads, "many": many, "independent": apart, **ratios}

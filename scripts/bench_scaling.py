@@ -60,13 +60,29 @@ def tables(result: dict[str, Any]) -> str:
         rows.append(
             [label, unit, f"{r['one']:,.0f}", f"{r['many']:,.0f}", f"{r['ratio']:.2f}", f"{r['share_of_ceiling']:.2f}"]
         )
-    threads = ", ".join(
-        f"batch {r['batch']}: {r['one_threads']:,.0f} windows/s ({r['ratio_threads']:.2f}× one thread)"
-        for r in result["training"]
+    train = markdown_table(
+        [
+            "global batch",
+            "1 process",
+            f"1 process, {k} threads",
+            f"{k} processes (torchrun)",
+            f"{k} separate runs of batch / {k}",
+        ],
+        [
+            [
+                r["batch"],
+                f"{r['one']:,.0f}",
+                f"{r['one_threads']:,.0f} ({r['ratio_threads']:.2f}×)",
+                f"{r['many']:,.0f} ({r['ratio']:.2f}×)",
+                f"{r['independent']:,.0f} ({r['ratio_independent']:.2f}×)",
+            ]
+            for r in result["training"]
+        ],
     )
     lines = [
         markdown_table(["work", "unit", "1 process", f"{k} processes", "ratio", "ratio / machine ceiling"], rows),
-        f"One training process with {k} threads instead: {threads}.",
+        "Diffusion training, windows/s (× one process of one thread). The separate runs do not communicate: "
+        "the most data parallelism could reach at that per-process batch on this machine.\n\n" + train,
     ]
     if result.get("targets"):
         lines.append(targets_table(result["targets"]))

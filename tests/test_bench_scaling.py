@@ -22,6 +22,8 @@ def test_a_tiny_scaling_benchmark_measures_training_evaluation_and_collection(tm
     )
     result = json.loads((out / "bench_scaling.json").read_text())
     assert [r["batch"] for r in result["training"]] == [8]
+    (train,) = result["training"]
+    assert train["independent"] > 0 and train["ratio_independent"] == pytest.approx(train["independent"] / train["one"])
     for row in (*result["training"], result["evaluation"], result["collection"]):
         assert row["one"] > 0 and row["many"] > 0
         assert row["ratio"] == pytest.approx(row["many"] / row["one"])
