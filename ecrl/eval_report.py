@@ -50,6 +50,17 @@ def log_tensorboard(report: EvalReport, writer, step: int = 0) -> None:
 # ---------------------------------------------------------------------------------------------- report files
 
 
+def success_cells(row: dict[str, Any], fraction_placed: bool = True) -> list[str]:
+    """Table cells of one configuration's summary (:meth:`~ecrl.evaluation.EvalResult.summary`): successes
+    ``k/n (rate)`` and the success rate's 95% interval; with ``fraction_placed``, also the fraction placed
+    with its 95% interval."""
+    cells = [f"{row['successes']}/{row['episodes']} ({row['success_rate']:.2f})"]
+    cells.append("[{:.2f}, {:.2f}]".format(*row["success_ci95"]))
+    if fraction_placed:
+        cells.append("{:.2f} [{:.2f}, {:.2f}]".format(row["fraction_placed"], *row["fraction_placed_ci95"]))
+    return cells
+
+
 def report_table(report: EvalReport, expert: EvalReport | None = None) -> str:
     """Markdown table, a row per (part, N); with ``expert``, its success on the same seeds as the ceiling.
 
@@ -65,16 +76,14 @@ def report_table(report: EvalReport, expert: EvalReport | None = None) -> str:
             *([rule] if rule else []),
             r["part"],
             r["n_objects"],
-            f"{r['successes']}/{r['episodes']} ({r['success_rate']:.2f})",
-            "[{:.2f}, {:.2f}]".format(*r["success_ci95"]),
-            "{:.2f} [{:.2f}, {:.2f}]".format(r["fraction_placed"], *r["fraction_placed_ci95"]),
+            *success_cells(r),
             f"{r['mean_return']:.1f}",
             f"{r['episode_length']:.0f} / {r['horizon']}",
         ]
         if expert is not None:
             try:
                 e = expert.get(r["part"], r["n_objects"]).summary()
-                row.append(f"{e['successes']}/{e['episodes']} ({e['success_rate']:.2f})")
+                row.append(success_cells(e)[0])
             except KeyError:
                 row.append("–")
         rows.append(row)

@@ -129,9 +129,10 @@ def _train_command(dataset: Path, runs: Path, name: str, processes: int, threads
     return [*launch, "ecrl.scripts.train_diffusion", *args]
 
 
-def _session_rate(runs: Path, name: str, done: subprocess.CompletedProcess) -> float:
-    if done.returncode != 0:
-        raise RuntimeError(f"the training run {name} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+def _session_rate(runs: Path, name: str, returncode: int, output: str) -> float:
+    """The run's windows/s from its ``sessions.jsonl``; a failed run raises with the end of its ``output``."""
+    if returncode != 0:
+        raise RuntimeError(f"the training run {name} failed:\n{output[-4000:]}")
     session = json.loads((runs / name / "sessions.jsonl").read_text().splitlines()[-1])
     return float(session["windows_per_s"])
 
@@ -145,7 +146,7 @@ def train_rate(dataset: Path, runs: Path, name: str, processes: int, threads: in
     """
     command = _train_command(dataset, runs, name, processes, threads, batch, windows)
     done = subprocess.run(command, capture_output=True, text=True, env=_environment())
-    return _session_rate(runs, name, done)
+    return _session_rate(runs, name, done.returncode, done.stdout + done.stderr)
 
 
 def independent_rate(dataset: Path, runs: Path, name: str, k: int, batch: int, windows: int) -> float:
@@ -156,17 +157,14 @@ def independent_rate(dataset: Path, runs: Path, name: str, k: int, batch: int, w
         subprocess.Popen(
             _train_command(dataset, runs, n, 1, 1, batch // k, windows // k),
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
             env=_environment(),
         )
         for n in names
     ]
-    outputs = [(p, *p.communicate()) for p in procs]
-    return sum(
-        _session_rate(runs, n, subprocess.CompletedProcess(p.args, p.returncode, out, err))
-        for n, (p, out, err) in zip(names, outputs, strict=True)
-    )
+    outputs = [p.communicate()[0] for p in procs]
+    return sum(_session_rate(runs, n, p.returncode, out) for n, p, out in zip(names, procs, outputs, strict=True))
 
 
 def _timed(fn: Any) -> tuple[Any, float]:

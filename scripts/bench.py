@@ -68,7 +68,13 @@ from types import ModuleType
 
 import tyro
 
+from ecrl.diffusion.bench import DiffusionBenchConfig
+from ecrl.encoders.bench import EncodersBenchConfig
+from ecrl.envs.bench import EnvsBenchConfig
+from ecrl.envs.ogbench_bench import OGBenchBenchConfig
+from ecrl.policies.bench import PoliciesBenchConfig
 from ecrl.reporting import run_benchmark
+from ecrl.scaling import ScalingBenchConfig
 from ecrl.scripts import (
     bench_diffusion,
     bench_encoders,
@@ -79,15 +85,15 @@ from ecrl.scripts import (
     bench_scaling,
 )
 
-# name -> (typed arguments, run(args, command)).
+# name -> (the measurement's config, which is the subcommand's typed arguments; the CLI module that reports it).
 BENCHMARKS: dict[str, tuple[type, ModuleType]] = {
-    "envs": (bench_envs.EnvsArgs, bench_envs),
-    "policies": (bench_policies.PoliciesArgs, bench_policies),
-    "diffusion": (bench_diffusion.DiffusionArgs, bench_diffusion),
-    "planners": (bench_planners.PlannersArgs, bench_planners),
-    "encoders": (bench_encoders.EncodersArgs, bench_encoders),
-    "ogbench": (bench_ogbench.OGBenchArgs, bench_ogbench),
-    "scaling": (bench_scaling.ScalingArgs, bench_scaling),
+    "envs": (EnvsBenchConfig, bench_envs),
+    "policies": (PoliciesBenchConfig, bench_policies),
+    "diffusion": (DiffusionBenchConfig, bench_diffusion),
+    "planners": (bench_planners.PlannersArgs, bench_planners),  # the planners' config with positional paths
+    "encoders": (EncodersBenchConfig, bench_encoders),
+    "ogbench": (OGBenchBenchConfig, bench_ogbench),
+    "scaling": (ScalingBenchConfig, bench_scaling),
 }
 
 

@@ -14,10 +14,8 @@ import numpy as np
 from ecrl.diffusion.bench import DiffusionBenchConfig, measure
 from ecrl.reporting import markdown_table, report_header, targets_table
 
-__all__ = ["FIGURE", "DiffusionArgs", "check_targets", "measure", "plot", "tables", "write_readme"]
+__all__ = ["FIGURE", "check_targets", "measure", "plot", "tables", "write_readme"]
 
-DiffusionArgs = DiffusionBenchConfig
-"""The options of `ecrl-bench diffusion`: the benchmark's config."""
 
 # EC-Diffuser (Qi et al., ICLR 2025): ~20 ms per denoiser call on a GPU, 5-100 calls per env step.
 ANCHOR_CALL_MS, ANCHOR_CALLS = 20.0, (5, 100)

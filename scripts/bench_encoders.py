@@ -15,10 +15,7 @@ import numpy as np
 from ecrl.encoders.bench import EncodersBenchConfig, decomposition_file, measure
 from ecrl.reporting import markdown_table, report_header, targets_table
 
-__all__ = ["FIGURE", "EncodersArgs", "check_targets", "measure", "plot", "tables", "write_readme"]
-
-EncodersArgs = EncodersBenchConfig
-"""The options of `ecrl-bench encoders`: the benchmark's config."""
+__all__ = ["FIGURE", "check_targets", "measure", "plot", "tables", "write_readme"]
 
 
 def check_targets(args: EncodersBenchConfig, result: dict[str, Any]) -> list[dict[str, Any]]:

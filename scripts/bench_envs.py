@@ -16,7 +16,6 @@ from ecrl.reporting import report_header
 __all__ = [
     "FIGURE",
     "JSON_NAME",
-    "EnvsArgs",
     "check_targets",
     "measure",
     "plot",
@@ -24,9 +23,6 @@ __all__ = [
     "tables",
     "write_readme",
 ]
-
-EnvsArgs = EnvsBenchConfig
-"""The options of `ecrl-bench envs`: the benchmark's config."""
 
 
 def check_targets(args: EnvsBenchConfig, result: dict[str, Any]) -> list[dict[str, Any]]:

@@ -16,7 +16,6 @@ from ecrl.reporting import markdown_table, report_header, targets_table
 __all__ = [
     "FIGURE",
     "JSON_NAME",
-    "OGBenchArgs",
     "check_targets",
     "measure",
     "plot",
@@ -24,9 +23,6 @@ __all__ = [
     "tables",
     "write_readme",
 ]
-
-OGBenchArgs = OGBenchBenchConfig
-"""The options of `ecrl-bench ogbench`: the benchmark's config."""
 
 
 def check_targets(args: OGBenchBenchConfig, result: dict[str, Any]) -> list[dict[str, Any]]:

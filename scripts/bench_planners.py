@@ -23,6 +23,7 @@ import numpy as np
 import tyro
 
 from ecrl.diffusion.bench_planners import PlannersBenchConfig, measure
+from ecrl.eval_report import success_cells
 from ecrl.reporting import markdown_table, report_header
 
 __all__ = ["FIGURE", "PlannersArgs", "measure", "plot", "tables", "write_readme"]
@@ -79,9 +80,7 @@ def tables(result: dict[str, Any]) -> str:
                 r["label"],
                 r["part"],
                 r["n_objects"],
-                f"{r['successes']}/{r['episodes']} ({r['success_rate']:.2f})",
-                "[{:.2f}, {:.2f}]".format(*r["success_ci95"]),
-                "{:.2f} [{:.2f}, {:.2f}]".format(r["fraction_placed"], *r["fraction_placed_ci95"]),
+                *success_cells(r),
                 f"**{r['ms_per_step_mean']:.2f}**",
                 f"{r['ms_per_step_median']:.2f}",
                 f"{r['ms_per_episode_step_mean']:.3f}",

@@ -14,10 +14,7 @@ import numpy as np
 from ecrl.policies.bench import PoliciesBenchConfig, measure
 from ecrl.reporting import markdown_table, report_header, targets_table
 
-__all__ = ["FIGURE", "PoliciesArgs", "check_targets", "measure", "plot", "tables", "write_readme"]
-
-PoliciesArgs = PoliciesBenchConfig
-"""The options of `ecrl-bench policies`: the benchmark's config."""
+__all__ = ["FIGURE", "check_targets", "measure", "plot", "tables", "write_readme"]
 
 
 def check_targets(args: PoliciesBenchConfig, result: dict[str, Any]) -> list[dict[str, Any]]:

@@ -12,10 +12,8 @@ from typing import Any
 from ecrl.reporting import markdown_table, report_header, targets_table
 from ecrl.scaling import ScalingBenchConfig, measure
 
-__all__ = ["FIGURE", "JSON_NAME", "ScalingArgs", "check_targets", "measure", "plot", "tables", "write_readme"]
+__all__ = ["FIGURE", "JSON_NAME", "check_targets", "measure", "plot", "tables", "write_readme"]
 
-ScalingArgs = ScalingBenchConfig
-"""The options of `ecrl-bench scaling`: the benchmark's config."""
 
 ROWS = (
     ("training", "diffusion training", "windows/s"),

@@ -37,6 +37,7 @@ import numpy as np
 import tyro
 
 from ecrl.envs import GOAL_KINDS, MAX_OBJECTS
+from ecrl.eval_report import success_cells
 from ecrl.evaluation import evaluate as evaluate_policy
 from ecrl.parallel import check_workers
 from ecrl.reporting import (
@@ -129,8 +130,7 @@ def expert_table(rows: list[dict[str, Any]]) -> str:
             (
                 r["goal"],
                 r["n_objects"],
-                f"{r['successes']}/{r['episodes']} ({r['success_rate']:.2f})",
-                "[{:.2f}, {:.2f}]".format(*r["success_ci95"]),
+                *success_cells(r, fraction_placed=False),
                 f"{r['fraction_placed']:.2f}",
                 f"{r['episode_length']:.0f} / {r['horizon']}",
                 f"{r['wall_s']:.2f}",
