@@ -30,7 +30,8 @@ class DiffusionTrainConfig(ComputeOptions):
     denoiser: DenoiserConfig = field(default_factory=DenoiserConfig)
     """The denoiser: its size, its noise schedule and (flat planner) its ``horizon``, the plan length in env
     steps. The hierarchical planner's two denoisers have this size with horizons ``subgoal_horizon``
-    (high) and ``subgoal_every`` (low); ``entity_dim`` comes from ``--encoder``."""
+    (high) and ``subgoal_every`` (low); ``entity_dim`` comes from ``--encoder``, ``action_dim`` and
+    ``state`` from the dataset (``spatial`` for OGBench's cubes)."""
     goal_dropout: float = 0.15
     """Fraction of training windows without their goal (flat planner), for classifier-free guidance."""
     guidance: float = 2.0
@@ -101,6 +102,8 @@ class DiffusionTrainConfig(ComputeOptions):
             )
         if self.denoiser.entity_dim:
             problems.append("denoiser.entity_dim is set by the encoder (--encoder), not by hand")
+        if self.encoder is not None and self.denoiser.state != "planar":
+            problems.append("planning from pixels (--encoder) plans the encoder's entities, not a spatial state")
         if not 0 <= self.goal_dropout < 1:
             problems.append(f"goal_dropout must be in [0, 1), got {self.goal_dropout}")
         if self.guidance != 1.0 and self.goal_dropout == 0:
@@ -115,6 +118,13 @@ class DiffusionTrainConfig(ComputeOptions):
             problems.append("--init-from starts state planners only, not planners from pixels (--encoder)")
         if problems:
             raise ValueError("invalid diffusion training config: " + "; ".join(problems))
+
+    def for_dataset(self, meta: dict) -> DiffusionTrainConfig:
+        """This config fitted to a dataset's ``meta.json``: the denoiser's ``action_dim`` is the dataset's,
+        and its ``state`` is ``spatial`` for OGBench's cubes (lifted and stacked), else ``planar``."""
+        env = meta["collections"][0]["config"].get("env", "push") if meta.get("collections") else "push"
+        state = "spatial" if env == "ogbench-cube" else "planar"
+        return replace(self, denoiser=replace(self.denoiser, action_dim=int(meta["action_dim"]), state=state))
 
     def _hierarchical_problems(self) -> list[str]:
         k, hh = self.subgoal_every, self.subgoal_horizon

@@ -14,6 +14,12 @@ Features. An entity row (:data:`ecrl.entities.ENTITY_FIELDS`) splits into
   their z is fixed by their size) and so is velocity (a plan at the control rate already says how
   things move; finite differences of positions carry it).
 
+That is the ``planar`` state of the push tasks. Where objects are lifted and stacked (OGBench's cubes,
+an arm), the ``spatial`` state (``SPATIAL_DYNAMIC_DIM`` = 7, :attr:`DenoiserConfig.state`) adds the
+height (× 4) and the gripper's opening and contact (the agent row's :data:`~ecrl.envs.layout.AGENT_GRIPPER`
+columns; zero for objects): x, y, z, sin yaw, cos yaw, opening, contact. The gripper columns then
+leave the static attributes (they change within an episode). Training sets it from the dataset's env.
+
 The scales are the fixed ones the RL networks use (``policies/nets.py``), so every feature is O(1).
 Goal rows (:data:`ecrl.entities.GOAL_FIELDS`) enter whole, with positions × 4 and sizes × 25.
 """
@@ -35,11 +41,13 @@ from ecrl import checkpoint
 from ecrl.attention import AttentionBlock, MultiHeadAttention, mlp
 from ecrl.checkpoint import CheckpointFormat, config_from, register_builder
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
-from ecrl.envs.layout import ENTITY_PRESENT, ENTITY_XY
+from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_PRESENT, ENTITY_XY
 from ecrl.retired import drop_retired
 
 __all__ = [
     "DYNAMIC_DIM",
+    "SPATIAL_DYNAMIC_DIM",
+    "STATES",
     "STATIC_DIM",
     "DenoiserConfig",
     "denoiser_config",
@@ -70,7 +78,17 @@ _GOAL_SCALE[GOAL_FIELDS["size"]] = SIZE_SCALE
 STATIC_DIM = len(_STATIC_COLUMNS)
 """Width of the static features: present, is_agent, is_object, size (3), shape one-hot, colour (3)."""
 DYNAMIC_DIM = 4
-"""Width of the dynamic features: x, y (× 4), sin yaw, cos yaw."""
+"""Width of the planar dynamic features: x, y (× 4), sin yaw, cos yaw."""
+SPATIAL_DYNAMIC_DIM = 7
+"""Width of the spatial dynamic features: x, y, z (× 4), sin yaw, cos yaw, gripper opening, gripper contact."""
+STATES: dict[str, int] = {"planar": DYNAMIC_DIM, "spatial": SPATIAL_DYNAMIC_DIM}
+"""The dynamic states a denoiser plans (:attr:`DenoiserConfig.state`) and their widths."""
+_XYZ = ENTITY_FIELDS["position"]
+_AGENT = ENTITY_FIELDS["is_agent"].start
+# Static columns that hold the gripper's state in agent rows (the shape one-hot's first two columns).
+_STATIC_GRIPPER = torch.tensor(
+    [_STATIC_COLUMNS.tolist().index(c) for c in range(AGENT_GRIPPER.start, AGENT_GRIPPER.stop)]
+)
 
 
 def _check_shapes(**specs: tuple[torch.Tensor, tuple[int | str, ...]]) -> dict[str, int]:
@@ -97,20 +115,31 @@ def _check_bool(**masks: torch.Tensor) -> None:
             raise ValueError(f"{name}: expected a bool tensor, got dtype {mask.dtype}")
 
 
-def split_rows(observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def split_rows(observation: torch.Tensor, state: str = "planar") -> tuple[torch.Tensor, torch.Tensor]:
     """Split entity rows over a window into normalised static and dynamic features.
 
     Args:
         observation: ``(B, T, N, ENTITY_DIM)`` entity rows at ``T`` steps (padded rows all zero).
+        state: ``"planar"`` or ``"spatial"`` (see the module docstring).
 
     Returns:
         ``static (B, N, STATIC_DIM)`` read at step 0 (constant over an episode) and
-        ``dynamic (B, T, N, DYNAMIC_DIM)``: x, y × 4, sin yaw, cos yaw.
+        ``dynamic (B, T, N, D)``: planar (``D = DYNAMIC_DIM``) x, y × 4, sin yaw, cos yaw; spatial
+        (``D = SPATIAL_DYNAMIC_DIM``) x, y, z × 4, sin yaw, cos yaw, gripper opening and contact.
     """
     _check_shapes(observation=(observation, ("B", "T", "N", ENTITY_DIM)))
+    if state not in STATES:
+        raise ValueError(f"state must be one of {list(STATES)}, got {state!r}")
     scale = _STATIC_SCALE.to(observation.device, observation.dtype)
     static = observation[:, 0, :, _STATIC_COLUMNS.to(observation.device)] * scale
-    dynamic = torch.cat([observation[..., ENTITY_XY] * POSITION_SCALE, observation[..., _YAW]], dim=-1)
+    if state == "planar":
+        dynamic = torch.cat([observation[..., ENTITY_XY] * POSITION_SCALE, observation[..., _YAW]], dim=-1)
+        return static, dynamic
+    agent = observation[..., _AGENT : _AGENT + 1] > 0.5
+    gripper = observation[..., AGENT_GRIPPER] * agent
+    static = static.clone()
+    static[..., _STATIC_GRIPPER.to(observation.device)] *= ~agent[:, 0]
+    dynamic = torch.cat([observation[..., _XYZ] * POSITION_SCALE, observation[..., _YAW], gripper], dim=-1)
     return static, dynamic
 
 
@@ -127,21 +156,33 @@ def generic_rows(observation: torch.Tensor, width: int) -> tuple[torch.Tensor, t
 def join_rows(reference: torch.Tensor, dynamic: torch.Tensor) -> torch.Tensor:
     """Write (predicted) dynamic features back into entity rows: the inverse of :func:`split_rows`.
 
-    Each step's rows are copies of ``reference`` (static attributes and height) with position x, y
-    and yaw from ``dynamic``; sin/cos yaw are renormalised onto the unit circle and velocity is set
-    to zero (not modelled). Padded rows (``present`` 0 in ``reference``) stay all zero.
+    Each step's rows are copies of ``reference`` (static attributes, and the height of a planar state)
+    with position and yaw from ``dynamic`` (a spatial state: also the height, and the agent's gripper
+    opening and contact); sin/cos yaw are renormalised onto the unit circle and velocity is set to
+    zero (not modelled). Padded rows (``present`` 0 in ``reference``) stay all zero.
 
     Args:
         reference: ``(B, N, ENTITY_DIM)`` rows of the same entities, e.g. the current observation.
-        dynamic: ``(B, T, N, DYNAMIC_DIM)`` normalised dynamic features.
+        dynamic: ``(B, T, N, D)`` normalised dynamic features, ``D`` = ``DYNAMIC_DIM`` (planar) or
+            ``SPATIAL_DYNAMIC_DIM`` (spatial).
 
     Returns:
         ``(B, T, N, ENTITY_DIM)`` rows in world units.
     """
-    _check_shapes(reference=(reference, ("B", "N", ENTITY_DIM)), dynamic=(dynamic, ("B", "T", "N", DYNAMIC_DIM)))
+    sizes = _check_shapes(reference=(reference, ("B", "N", ENTITY_DIM)), dynamic=(dynamic, ("B", "T", "N", "D")))
+    if sizes["D"] not in STATES.values():
+        raise ValueError(
+            f"dynamic: expected {DYNAMIC_DIM} (planar) or {SPATIAL_DYNAMIC_DIM} (spatial) features, got {sizes['D']}"
+        )
     rows = reference[:, None].expand(-1, dynamic.shape[1], -1, -1).clone()
-    rows[..., ENTITY_XY] = dynamic[..., :2] / POSITION_SCALE
-    rows[..., _YAW] = F.normalize(dynamic[..., 2:], dim=-1)
+    spatial = sizes["D"] == SPATIAL_DYNAMIC_DIM
+    position = _XYZ if spatial else ENTITY_XY
+    width = position.stop - position.start
+    rows[..., position] = dynamic[..., :width] / POSITION_SCALE
+    rows[..., _YAW] = F.normalize(dynamic[..., width : width + 2], dim=-1)
+    if spatial:
+        agent = rows[..., _AGENT : _AGENT + 1] > 0.5
+        rows[..., AGENT_GRIPPER] = torch.where(agent, dynamic[..., width + 2 :], rows[..., AGENT_GRIPPER])
     rows[..., ENTITY_FIELDS["velocity"]] = 0.0
     return rows * (reference[:, None, :, ENTITY_PRESENT : ENTITY_PRESENT + 1] > 0.5)
 
@@ -170,6 +211,9 @@ class DenoiserConfig:
             known layout, e.g. an encoder's entities from pixels (:mod:`ecrl.diffusion.pixels`): a
             row, normalised by the caller, is both the entity's dynamic state (all ``D`` features are
             planned) and, at step 0, its static context (:func:`generic_rows`).
+        state: the dynamic state planned from state rows: ``"planar"`` (x, y, yaw: the push tasks)
+            or ``"spatial"`` (x, y, z, yaw and the gripper: lifting and stacking, e.g. OGBench's
+            cubes). Set by training from the dataset's env, like ``entity_dim`` from an encoder.
     """
 
     width: int = 32
@@ -181,6 +225,7 @@ class DenoiserConfig:
     diffusion_steps: int = 100
     noise_schedule: str = "cosine"
     entity_dim: int = 0
+    state: str = "planar"
 
     def __post_init__(self) -> None:
         sizes = (self.width, self.heads, self.blocks, self.mlp_ratio, self.horizon, self.action_dim)
@@ -192,6 +237,8 @@ class DenoiserConfig:
             raise ValueError(f"noise_schedule must be 'cosine' or 'linear', got {self.noise_schedule!r}")
         if self.entity_dim < 0:
             raise ValueError(f"entity_dim must be 0 (state rows) or a row width > 0, got {self.entity_dim}")
+        if self.state not in STATES:
+            raise ValueError(f"state must be one of {list(STATES)}, got {self.state!r}")
 
     @property
     def static_dim(self) -> int:
@@ -200,12 +247,12 @@ class DenoiserConfig:
 
     @property
     def dynamic_dim(self) -> int:
-        """Width of an entity's planned state: ``DYNAMIC_DIM``, or ``entity_dim`` for generic rows."""
-        return self.entity_dim or DYNAMIC_DIM
+        """Width of an entity's planned state: ``STATES[state]``, or ``entity_dim`` for generic rows."""
+        return self.entity_dim or STATES[self.state]
 
     def split(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(B, T, N, row width)`` rows → ``static (B, N, static_dim)``, ``dynamic (B, T, N, dynamic_dim)``."""
-        return generic_rows(observation, self.entity_dim) if self.entity_dim else split_rows(observation)
+        return generic_rows(observation, self.entity_dim) if self.entity_dim else split_rows(observation, self.state)
 
     @property
     def row_dim(self) -> int:

@@ -84,9 +84,10 @@ class DiffusionTrainResult:
 
 
 def _dataset_task(path: Path) -> dict[str, Any]:
-    """The task settings of a dataset's first collection: goal, split, numbers of objects."""
+    """The task settings of a dataset's first collection: env, goal, split, numbers of objects."""
     config = read_meta(path)["collections"][0]["config"]
-    return {"goal": config["goal"], "split": config["split"], "n_objects": list(config["n_objects"])}
+    env = config.get("env", "push")
+    return {"env": env, "goal": config["goal"], "split": config["split"], "n_objects": list(config["n_objects"])}
 
 
 def planner_policy(planner: DiffusionPlanner | HierarchicalPlanner, meta: dict[str, Any]) -> Policy:
@@ -157,16 +158,18 @@ class _Trainer:
     def losses(self, dataset: DemoDataset | LatentWindows) -> dict[str, LossTerms]:
         """One batch's loss terms per denoiser (``""`` flat; ``"high"`` and ``"low"`` hierarchical)."""
         config, rng, batch_size, models = self.config, self.rng, self.batch_size, self.forward
+        # Play data has no goal per episode: every window's goal is a state it reached later.
+        hindsight = {"hindsight": True} if getattr(dataset, "play", False) else {}
 
         def tensors(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
             return {k: torch.as_tensor(np.ascontiguousarray(v), device=self.device) for k, v in batch.items()}
 
         if config.planner == "flat":
-            batch = tensors(dataset.sample_windows(batch_size, config.denoiser.horizon, rng))
+            batch = tensors(dataset.sample_windows(batch_size, config.denoiser.horizon, rng, **hindsight))
             return {"": loss(models[""], batch, self.generator, config.action_weight, goal_dropout=config.goal_dropout)}
         k, hh = config.subgoal_every, config.subgoal_horizon
-        high = subgoal_windows(dataset.sample_windows(batch_size, k * hh, rng), k, dataset.success)
-        low = segment_windows(dataset.sample_windows(batch_size, k, rng), dataset.success)
+        high = subgoal_windows(dataset.sample_windows(batch_size, k * hh, rng, **hindsight), k, dataset.success)
+        low = segment_windows(dataset.sample_windows(batch_size, k, rng, **hindsight), dataset.success)
         return {
             "high": loss(models["high"], tensors(high), self.generator, config.subgoal_action_weight),
             "low": loss(models["low"], tensors(low), self.generator, config.action_weight, given_last=True),
@@ -272,6 +275,7 @@ def _run_meta(config: DiffusionTrainConfig, demonstrations: int, task: dict[str,
     """What a checkpoint of this run records about it (the planner's ``meta``)."""
     meta = {
         "arch": "diffusion" if config.planner == "flat" else "hierarchical_diffusion",
+        "env": task["env"],
         "dataset": str(config.dataset),
         "demonstrations": demonstrations,
         "train_n_objects": task["n_objects"],
@@ -303,6 +307,8 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
     its share of each batch (see the module's docstring).
     """
     algo = lambda c: "diffusion" if c.planner == "flat" else "hdiffusion"  # noqa: E731
+    if resume is None:
+        config = config.for_dataset(read_meta(config.dataset))
     run = start_run(DiffusionTrainConfig, config, resume, "a diffusion", lambda c: f"{c.dataset.name}__{algo(c)}")
     with distributed.session(torch_device(run.config.device)) as (world, device):
         run.dir = distributed.broadcast(run.dir)  # a new run's name has the time in it: rank 0's

@@ -233,15 +233,53 @@ class DemoDataset:
             "state_index": state,
         }
 
+    @property
+    def play(self) -> bool:
+        """Whether this is play data (``ecrl-collect --play``): episodes without one goal of their own."""
+        return any(c["config"].get("play", False) for c in self.meta.get("collections", []))
+
     def sample_windows(
-        self, batch_size: int, horizon: int, rng: np.random.Generator | int | None = None, n_max: int | None = None
+        self,
+        batch_size: int,
+        horizon: int,
+        rng: np.random.Generator | int | None = None,
+        n_max: int | None = None,
+        hindsight: bool = False,
     ) -> dict[str, np.ndarray]:
-        """``batch_size`` windows (see :meth:`windows`) starting at steps drawn uniformly over the dataset."""
+        """``batch_size`` windows (see :meth:`windows`) starting at steps drawn uniformly over the dataset.
+
+        With ``hindsight`` each window's ``desired_goal`` is relabelled (:meth:`hindsight_goals`): the
+        goal of play data, whose episodes have none.
+        """
         if self.num_steps == 0:
             raise DatasetError(f"{self.path} holds no steps to sample windows from")
-        step = np.random.default_rng(rng).integers(self.num_steps, size=batch_size)
+        rng = np.random.default_rng(rng)
+        step = rng.integers(self.num_steps, size=batch_size)
         e = self._step_episode[step]
-        return self.windows(e, step - self.step_starts[e], horizon, n_max)
+        batch = self.windows(e, step - self.step_starts[e], horizon, n_max)
+        if hindsight:
+            batch["desired_goal"] = self.hindsight_goals(
+                e, step - self.step_starts[e], rng, batch["goal_mask"].shape[1]
+            )
+        return batch
+
+    def hindsight_goals(
+        self, episodes: np.ndarray, starts: np.ndarray, rng: np.random.Generator, n_max: int | None = None
+    ) -> np.ndarray:
+        """Goals relabelled in hindsight: the achieved goal rows at a future state of the same episode.
+
+        The state is drawn uniformly from ``starts[b] + 1`` to the episode's last state, as OGBench's
+        goal-conditioned baselines draw their actors' goals from play data (a future state of the same
+        trajectory, uniformly).
+
+        Returns:
+            ``(B, n_max, GOAL_DIM)`` goal rows (padded to ``n_max``, default: the dataset's).
+        """
+        e, t = np.asarray(episodes, np.int64).reshape(-1), np.asarray(starts, np.int64).reshape(-1)
+        length = self.lengths[e]
+        future = t + 1 + (rng.random(len(e)) * (length - t)).astype(np.int64)  # in [t + 1, length]
+        goals = self.achieved_goal[self.state_starts[e] + np.minimum(future, length)]
+        return pad_rows(goals, self.n_max if n_max is None else n_max)
 
     def iter_windows(
         self,
