@@ -32,6 +32,10 @@ class DiffusionTrainConfig(ComputeOptions):
     steps. The hierarchical planner's two denoisers have this size with horizons ``subgoal_horizon``
     (high) and ``subgoal_every`` (low); ``entity_dim`` comes from ``--encoder``, ``action_dim`` and
     ``state`` from the dataset (``spatial`` for OGBench's cubes)."""
+    recolour: bool = False
+    """Give every object of every training window a random colour, its goal rows the same
+    (:func:`ecrl.datasets.recolour_windows`): goals are matched to objects by colour, and a dataset of
+    few colours (OGBench's cube-double: two) otherwise teaches only those."""
     goal_dropout: float = 0.15
     """Fraction of training windows without their goal (flat planner), for classifier-free guidance."""
     guidance: float = 2.0
@@ -114,6 +118,8 @@ class DiffusionTrainConfig(ComputeOptions):
             problems.append(f"lr must be > 0, got {self.lr}")
         if self.encoder is not None and self.planner != "flat":
             problems.append("planning from pixels (--encoder) is implemented for the flat planner only")
+        if self.recolour and (self.encoder is not None or self.planner != "flat"):
+            problems.append("recolour is implemented for the flat state planner (no --encoder)")
         if self.encoder is not None and self.init_from is not None:
             problems.append("--init-from starts state planners only, not planners from pixels (--encoder)")
         if problems:

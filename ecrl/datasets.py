@@ -36,6 +36,7 @@ from ecrl.dataset_format import (
 )
 from ecrl.envs import ENTITY_DIM, GOAL_DIM, TaskSpec
 from ecrl.envs import ogbench as ogb
+from ecrl.envs.layout import ENTITY_FIELDS, GOAL_COLOUR
 
 __all__ = [
     "ACTION_DIM",
@@ -49,7 +50,37 @@ __all__ = [
     "collect_dataset",
     "import_ogbench_dataset",
     "read_meta",
+    "recolour_windows",
 ]
+
+_COLOUR = ENTITY_FIELDS["colour"]
+
+
+def recolour_windows(batch: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``batch`` (windows of :meth:`DemoDataset.windows`) with every object given a random colour.
+
+    Object ``i`` of a window (entity row ``1 + i``) and its goal rows (``achieved_goal`` and
+    ``desired_goal`` row ``i``, which refer to it) get one new RGB colour, uniform in ``[0, 1]³``,
+    drawn per window; the agent and padded rows keep theirs. Physics does not depend on colour, so the
+    window stays a true demonstration, and a model that matches objects to goals by colour must learn
+    to match any colour rather than the few of its training scenes (OGBench's cube-double has two).
+
+    Raises:
+        ValueError: a window whose goal rows do not carry their objects' colours (row ``i`` for object
+            ``i``): recolouring it would break the pairing.
+    """
+    obs, mask, goal_mask = batch["observation"], batch["mask"], batch["goal_mask"]
+    objects = obs[:, 0, 1:, _COLOUR]
+    for key, goal in (("achieved_goal", batch["achieved_goal"][:, 0]), ("desired_goal", batch["desired_goal"])):
+        if not np.where(goal_mask[..., None], objects == goal[..., GOAL_COLOUR], True).all():
+            raise ValueError(f"recolour_windows needs {key} row i to refer to object i (their colours differ)")
+    colour = rng.random(objects.shape).astype(obs.dtype) * goal_mask[..., None]
+    out = {**batch, "observation": obs.copy()}
+    out["observation"][:, :, 1:, _COLOUR] = np.where(mask[:, None, 1:, None], colour[:, None], 0.0)
+    out["achieved_goal"], out["desired_goal"] = batch["achieved_goal"].copy(), batch["desired_goal"].copy()
+    out["achieved_goal"][..., GOAL_COLOUR] = colour[:, None]
+    out["desired_goal"][..., GOAL_COLOUR] = colour
+    return out
 
 
 class DemoDataset:

@@ -9,7 +9,7 @@ import torch
 from diffusion_helpers import tiny_train_config
 
 import ecrl
-from ecrl.datasets import CollectConfig, DemoDataset, collect_dataset
+from ecrl.datasets import CollectConfig, DemoDataset, collect_dataset, recolour_windows
 from ecrl.diffusion.denoiser import (
     DYNAMIC_DIM,
     SPATIAL_DYNAMIC_DIM,
@@ -19,7 +19,7 @@ from ecrl.diffusion.denoiser import (
     split_rows,
 )
 from ecrl.diffusion.train import train
-from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM
+from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_DIM, ENTITY_FIELDS, GOAL_COLOUR, GOAL_DIM
 
 needs_ogbench = pytest.mark.skipif(importlib.util.find_spec("ogbench") is None, reason="needs the ogbench extra")
 POS = ENTITY_FIELDS["position"]
@@ -109,9 +109,9 @@ def test_hindsight_goals_are_later_states_of_the_same_episode(play_data):
 
 @needs_ogbench
 def test_a_planner_trained_on_play_data_is_spatial_and_acts_in_the_cube_env(play_data, tmp_path):
-    result = train(tiny_train_config(play_data, tmp_path / "runs"))
+    result = train(tiny_train_config(play_data, tmp_path / "runs", recolour=True))
     config = json.loads((result.run_dir / "config.json").read_text())
-    assert config["denoiser"]["state"] == "spatial" and config["denoiser"]["action_dim"] == 5
+    assert config["denoiser"]["state"] == "spatial" and config["denoiser"]["action_dim"] == 5 and config["recolour"]
     policy = ecrl.load(result.run_dir / "final")
     assert policy.meta["env"] == "ogbench-cube"
     from ecrl.envs.ogbench import OGBenchCubeEnv
@@ -124,3 +124,26 @@ def test_a_planner_trained_on_play_data_is_spatial_and_acts_in_the_cube_env(play
         assert action.shape == (5,) and np.abs(action).max() <= 1.0
         obs = env.step(action)[0]
     env.close()
+
+
+@needs_ogbench
+def test_recolouring_gives_each_object_and_its_goals_one_new_colour(play_data):
+    data = DemoDataset(play_data)
+    batch = data.sample_windows(32, 4, np.random.default_rng(0), hindsight=True, n_max=3)  # one padded object
+    out = recolour_windows(batch, np.random.default_rng(1))
+    colour = ENTITY_FIELDS["colour"]
+    objects = out["observation"][:, :, 1:, colour]
+    assert (objects == objects[:, :1]).all()  # constant over the window
+    np.testing.assert_array_equal(out["achieved_goal"][..., GOAL_COLOUR], objects)
+    np.testing.assert_array_equal(out["desired_goal"][..., GOAL_COLOUR], objects[:, 0])
+    assert (objects[:, :, 2] == 0).all() and (out["observation"][:, :, 3] == 0).all()  # the padded row
+    assert not np.isclose(objects[:, 0, :2], batch["observation"][:, :1, 1:3, colour][:, 0]).all(-1).any()
+    np.testing.assert_array_equal(out["observation"][:, :, 0], batch["observation"][:, :, 0])  # the agent
+    for key in ("observation", "achieved_goal", "desired_goal"):  # nothing else changed
+        other = np.ones(out[key].shape[-1], bool)
+        other[colour if key == "observation" else GOAL_COLOUR] = False
+        np.testing.assert_array_equal(out[key][..., other], batch[key][..., other])
+    swapped = dict(batch, desired_goal=batch["desired_goal"][:, ::-1].copy())
+    swapped["goal_mask"] = np.ones_like(batch["goal_mask"])
+    with pytest.raises(ValueError, match="desired_goal row i to refer to object i"):
+        recolour_windows(swapped, np.random.default_rng(1))
