@@ -243,16 +243,19 @@ def _evaluate(trainer: _Trainer, task: dict[str, Any], writer: SummaryWriter, ru
     config = trainer.config
     n_train = max(task["n_objects"])
     objects = list(config.eval_objects or (n_train, 2 * n_train))
-    policy = trainer.policy({})
-    report = evaluate(
-        policy,
-        objects,
-        goal=task["goal"],
-        split=task["split"],
-        parts=config.eval_parts if task["split"] else ("train",),
-        episodes=config.eval_episodes,
-        progress=False,
-    )
+    policy = trainer.policy({"env": task["env"]})
+    if task["env"] == "ogbench-cube":  # OGBench's five evaluation tasks per size
+        report = evaluate(policy, objects, env=task["env"], episodes=config.eval_episodes, progress=False)
+    else:
+        report = evaluate(
+            policy,
+            objects,
+            goal=task["goal"],
+            split=task["split"],
+            parts=config.eval_parts if task["split"] else ("train",),
+            episodes=config.eval_episodes,
+            progress=False,
+        )
     log_tensorboard(report, writer, trainer.step)
     row = {"train/gradient_steps": trainer.step, **scalars(report)}
     append_csv(run_dir / "tb" / "progress.csv", row)
