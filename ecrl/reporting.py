@@ -125,7 +125,11 @@ def plot_success_vs_n(
 
 
 _COMPARE_COLOURS = ("tab:grey", "tab:blue", "tab:orange", "tab:green")
-_COMPARE_PARTS = {"train": ("train part", "-", "o"), "test": ("held out", "--", "s")}
+_COMPARE_PARTS = {
+    "train": ("train part", "-", "o"),
+    "test": ("held out", "--", "s"),
+    "overall": ("mean of OGBench's tasks", "-", "o"),
+}
 
 
 def compare_evaluations(
@@ -139,7 +143,8 @@ def compare_evaluations(
     """Several ``ecrl-eval`` outputs in one plot of success vs N (train part solid, held out dashed).
 
     Args:
-        evals: folders holding an ``eval.json`` (e.g. the same weights with and without a setting, same seeds).
+        evals: folders holding an ``eval.json`` (e.g. the same weights with and without a setting, same seeds);
+            of an evaluation on OGBench cubes, its mean success over the tasks is compared.
         labels: a name per folder.
         path: the PNG to write.
         title: the plot's title.
@@ -157,7 +162,10 @@ def compare_evaluations(
         file = Path(folder) / "eval.json"
         if not file.is_file():
             raise ValueError(f"{folder} has no eval.json: expected a folder written by ecrl-eval")
-        results = json.loads(file.read_text())["results"]
+        data = json.loads(file.read_text())
+        results = data["results"]
+        if data.get("overall"):  # OGBench cubes: the mean over the tasks, OGBench's headline number
+            results = [{**r, "part": "overall"} for r in data["overall"]]
         for part, (name, line, marker) in _COMPARE_PARTS.items():
             rows = sorted((r for r in results if r["part"] == part), key=lambda r: r["n_objects"])
             if not rows:

@@ -73,10 +73,13 @@ class Recorder:
 
 
 def episode_horizon(env: gym.Env) -> int:
-    """The most steps an episode of ``env`` (reset at least once) runs: a push env's task's, OGBench cubes' limit."""
+    """The most steps an episode of ``env`` (reset at least once) runs: a push env's task's, OGBench cubes' limit,
+    or the shorter limit of a ``gym.make(…, max_episode_steps=k)`` (its ``TimeLimit``)."""
     base = env.unwrapped
     limit = getattr(base, "max_episode_steps", None)
-    return int(limit) if limit is not None else int(base.spec_.max_steps)
+    horizon = int(limit) if limit is not None else int(base.spec_.max_steps)
+    cap = env.spec.max_episode_steps if env.spec is not None else None
+    return horizon if cap is None else min(horizon, int(cap))
 
 
 def rollout(
@@ -172,6 +175,8 @@ class ExpertPolicy:
     """
 
     meta = {"arch": "scripted_expert", "algo": "scripted"}
+    action_dim = 2
+    """It pushes: a planar displacement."""
     batch_invariant = True
     """Env ``b``'s action depends on env ``b`` alone, bit for bit, whatever else is in the batch (see
     :func:`ecrl.evaluation.evaluate`'s ``workers``)."""

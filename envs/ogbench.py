@@ -6,7 +6,9 @@ OGBench's own success flag (``info["success"]``: every cube within 4 cm of its g
 mode, the current target cube on its target in ``play`` mode). Around it the adapter presents the
 contract of :class:`~ecrl.envs.push.PushEnv`: ``observation (1 + n_max, ENTITY_DIM)`` (the
 gripper first, then one row per cube), ``achieved_goal``/``desired_goal (n_max, GOAL_DIM)``, a
-batched :meth:`~OGBenchCubeEnv.compute_reward`. The mapping of OGBench's state to rows is in the
+batched :meth:`~OGBenchCubeEnv.compute_reward`, ``info["fraction_placed"]`` (cubes within 4 cm of
+their goal rows; in ``play`` mode only the target cube's row is a goal elsewhere than where it is)
+and :meth:`~OGBenchCubeEnv.render_views`. The mapping of OGBench's state to rows is in the
 :mod:`ecrl.envs.layout` docstring ("OGBench cubes").
 
 Registered ids (``import ecrl.envs``): ``ecrl/OGBenchCube-v0`` (``n_cubes`` and ``task_id`` as
@@ -245,7 +247,7 @@ class OGBenchCubeEnv(gym.Env):
         self._steps = 0
         self._prev_effector = self._data.site_xpos[self._pinch].copy()
         obs = self.observe()
-        return obs, self._info(bool(ogb._success))
+        return obs, self._info(bool(ogb._success), self._goal_distances())
 
     def _bind(self) -> None:
         """Indices into OGBench's model (compiled at its first reset, and never recompiled)."""
@@ -294,10 +296,10 @@ class OGBenchCubeEnv(gym.Env):
         _, _, terminated, _, self.ogbench_info = self.ogbench_env.step(a)
         self._steps += 1
         obs = self.observe()
-        info = self._info(bool(self.ogbench_info["success"]))
         # compute_reward on this step's rows, bit for bit, without its batch handling (cubes differ in colour).
-        dist = goals.norm(self._achieved_buf[:, _G["position"]] - self._desired_buf[:, _G["position"]])
+        dist = self._goal_distances()
         reward = goals.reward_from_distances(dist, self._present, self.distance_threshold, self.reward_type)
+        info = self._info(bool(self.ogbench_info["success"]), dist)
         return obs, float(reward), bool(terminated), self._steps >= self.max_episode_steps, info
 
     def observe(self) -> dict[str, np.ndarray]:
@@ -335,8 +337,17 @@ class OGBenchCubeEnv(gym.Env):
             "desired_goal": self._desired_buf.copy(),
         }
 
-    def _info(self, success: bool) -> dict[str, Any]:
-        return {"is_success": success, "task_id": self.spec_.task_id if self.spec_ else None}
+    def _goal_distances(self) -> np.ndarray:
+        """``(n_max,)`` distances (m) of the cube rows to their goal rows (0 for padding)."""
+        return goals.norm(self._achieved_buf[:, _G["position"]] - self._desired_buf[:, _G["position"]])
+
+    def _info(self, success: bool, dist: np.ndarray) -> dict[str, Any]:
+        placed = (dist <= self.distance_threshold) & self._present
+        return {
+            "is_success": success,
+            "fraction_placed": float(placed.sum() / self.n_objects),
+            "task_id": self.spec_.task_id if self.spec_ else None,
+        }
 
     def compute_reward(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any) -> Any:
         """Reward for goal rows with any leading batch shape; ``info``: a dict or a sequence of dicts."""
@@ -365,6 +376,11 @@ class OGBenchCubeEnv(gym.Env):
             gym.logger.warn("render() called without a render_mode; pass render_mode='rgb_array' to make()")
             return None
         return self.ogbench_env.render().copy()
+
+    def render_views(self) -> dict[str, np.ndarray]:
+        """``{"front": (H, W, 3) uint8}``: OGBench's ``front`` camera, with or without a ``render_mode``
+        (the evaluation's videos; the push env's :meth:`~ecrl.envs.push.PushEnv.render_views` has several)."""
+        return {"front": self.ogbench_env.render().copy()}
 
     def close(self) -> None:
         self.ogbench_env.close()

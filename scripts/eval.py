@@ -1,4 +1,5 @@
-"""Evaluate a trained policy (or the scripted expert) on 1 … 16 objects and on held-out combinations.
+"""Evaluate a trained policy (or the scripted expert) on 1 … 16 objects and on held-out combinations,
+or on OGBench's cube tasks.
 
 `ecrl-eval PATH` loads a policy with `ecrl.load` (a run directory, a checkpoint directory or one of
 its files; or `expert` for the scripted expert alone), runs `--episodes` episodes per part × number
@@ -15,6 +16,14 @@ of objects on fixed evaluation seeds, and writes to `--out`:
 The default output directory is `<run>/eval/` for a run directory, `<checkpoint>_eval/` beside a
 checkpoint directory, and `results/eval_expert/` for `expert`. The goal kind and the split default to
 those the policy was trained on (its `meta`); with a split, both parts are evaluated.
+
+`--env ogbench-cube` (the default for a policy whose `meta["env"]` says so, e.g. a planner trained on
+OGBench play data; extra `ecrl[ogbench]`) evaluates with OGBench's protocol instead: its five
+evaluation tasks (`--tasks`) per number of cubes (1, 2, 3, 4 or 8), 50 episodes per task, each to
+OGBench's episode limit or its own success flag. A row per (task, N) is named `task1` … `task5`
+(`eval/task1/n2/success_rate`) with OGBench's task name, and a row per N gives OGBench's headline
+number, the mean success over the tasks (`eval/overall/n2/success_rate`). There is no scripted expert
+for OGBench's tasks, so no ceiling.
 
 Examples:
     # a trained run: N in {1, 2, 3, 4, 6, 8, 12}, its training split's train and test parts, expert ceiling
@@ -34,6 +43,10 @@ Examples:
     # the numbers are those of one process with --batch-size 25
     ecrl-eval runs/push3__sac__0__20250101-000000 --workers 4 --batch-size 25
 
+    # a planner trained on OGBench play data (meta["env"] = "ogbench-cube"): OGBench's five tasks on
+    # cube-double, -triple, -quadruple and -octuple, 50 episodes per task, in 2 processes
+    ecrl-eval runs/cube2__diffusion__0__20250101-000000 --objects 2 3 4 8 --workers 2
+
     # several evaluations in one plot of success vs N (see `ecrl-eval compare --help`)
     ecrl-eval compare results/diffusion_push3/longest results/diffusion_push3/focus2 \\
         --labels "all objects" "focus=2" --train-n 3 --out /tmp/focus_vs_all.png
@@ -48,12 +61,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import tyro
 
 import ecrl
 from ecrl.checkpoint import CheckpointError
+from ecrl.envs import ogbench as ogb
+from ecrl.eval_configs import ENVS, check_action_dim, check_ogbench_settings
 from ecrl.eval_report import report_table, write_report
 from ecrl.evaluation import EVAL_SEED, ExpertPolicy, check_settings, evaluate
 from ecrl.focus import Focus
@@ -72,24 +87,28 @@ class Args:
 
     path: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="PATH")]
     """A run directory, a checkpoint directory (or one of its files), or `expert` for the scripted expert alone."""
-    objects: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12)
-    """Numbers of objects to evaluate."""
+    env: Literal["push", "ogbench-cube"] | None = None
+    """Benchmark: the library's push env, or OGBench's cube tasks (its protocol); default: the policy's `meta["env"]`, else push."""
+    objects: tuple[int, ...] | None = None
+    """Numbers of objects to evaluate (default: 1 2 3 4 6 8 12 on push; OGBench's sizes 1 2 3 4 8 on ogbench-cube)."""
+    tasks: tuple[int, ...] | None = None
+    """OGBench cubes: OGBench's evaluation tasks (default: all five, 1 … 5)."""
     goal: str | None = None
-    """Goal kind (positions, adjacent, sort, ordered); default: the policy's training goal, else positions."""
+    """Push: goal kind (positions, adjacent, sort, ordered); default: the policy's training goal, else positions."""
     split: str | None = None
-    """Compositional split (colour_shape, shape_goal, or none); default: the policy's training split, else none."""
+    """Push: compositional split (colour_shape, shape_goal, or none); default: the policy's training split, else none."""
     parts: tuple[str, ...] | None = None
-    """Parts of the split to evaluate (train, test); default: both with a split, else train."""
+    """Push: parts of the split to evaluate (train, test); default: both with a split, else train."""
     episodes: int = 50
-    """Episodes per (part, number of objects)."""
+    """Episodes per (part or task, number of objects)."""
     seed: int = EVAL_SEED
     """Episode `i` of every configuration resets with seed `seed + i`; keep it far from training seeds."""
     n_max: int | None = None
     """Pad observations to this many object rows (default: N, or the fixed width of a flat-MLP policy)."""
     stop_on_success: bool = False
-    """End an episode once every object is placed (default: run to the horizon and read success at its end)."""
+    """Push: end an episode once every object is placed (default: run to the horizon and read success at its end; an OGBench episode always ends at success)."""
     expert: bool = True
-    """Also evaluate the scripted expert on the same seeds, as the ceiling (`--no-expert` skips it)."""
+    """Also evaluate the scripted expert on the same seeds, as the ceiling (`--no-expert` skips it; push only: OGBench's tasks have no scripted expert)."""
     video: bool = False
     """Write one GIF per (part, N) into `<out>/videos/`."""
     out: Path | None = None
@@ -128,12 +147,20 @@ def fixed_n_max(policy: Policy | ExpertPolicy) -> int | None:
     return None if n_max is None else int(n_max)
 
 
+DEFAULT_OBJECTS = {"push": (1, 2, 3, 4, 6, 8, 12), "ogbench-cube": tuple(ogb.CUBE_ENV_TYPES)}
+"""Numbers of objects evaluated when `--objects` is not given."""
+
+
 def resolve(args: Args, policy) -> tuple[tuple[int, ...], dict]:
     """Numbers of objects and :func:`evaluate` keywords: defaults from the policy's meta, then checked."""
     meta = policy.meta
-    split = args.split if args.split is not None else meta.get("split")
-    split = None if split in (None, "none") else split
-    objects, n_max = args.objects, args.n_max
+    env = args.env or meta.get("env") or "push"
+    if env not in ENVS:
+        raise ValueError(f"the policy's meta['env'] is {env!r}: expected one of {list(ENVS)} (or pass --env)")
+    if env == "ogbench-cube" and args.path == EXPERT:
+        raise ValueError("the scripted expert pushes: OGBench's cube tasks have none (evaluate a trained policy)")
+    check_action_dim(policy, env)
+    objects, n_max = args.objects or DEFAULT_OBJECTS[env], args.n_max
     width = fixed_n_max(policy)
     if width is not None:
         n_max = n_max or width
@@ -145,23 +172,42 @@ def resolve(args: Args, policy) -> tuple[tuple[int, ...], dict]:
             raise ValueError(f"this flat-MLP policy runs on at most {width} objects; got --objects {args.objects}")
         if dropped:
             print(f"note: flat-MLP policy (fixed width {width}): skipping N = {dropped}", file=sys.stderr)
-    kwargs = {
-        "goal": args.goal or meta.get("goal") or "positions",
-        "split": split,
-        "parts": args.parts or (("train", "test") if split else ("train",)),
-        "episodes": args.episodes,
-        "seed": args.seed,
-        "n_max": n_max,
-    }
-    check_settings(objects, kwargs["goal"], split, kwargs["parts"], args.episodes, n_max, args.batch_size)
+    kwargs = (push_settings if env == "push" else ogbench_settings)(args, meta, objects, n_max)
     check_workers(args.workers)
     return objects, {
         **kwargs,
+        "episodes": args.episodes,
+        "seed": args.seed,
+        "n_max": n_max,
         "stop_on_success": args.stop_on_success,
         "progress": args.progress,
         "workers": args.workers,
         "batch_size": args.batch_size,
     }
+
+
+def push_settings(args: Args, meta: dict, objects: tuple[int, ...], n_max: int | None) -> dict:
+    """The push keywords of :func:`evaluate`: goal and split from the policy's meta unless given, checked."""
+    if args.tasks:
+        raise ValueError(
+            f"--tasks {' '.join(map(str, args.tasks))}: OGBench's evaluation tasks; add --env ogbench-cube"
+        )
+    split = args.split if args.split is not None else meta.get("split")
+    split = None if split in (None, "none") else split
+    goal = args.goal or meta.get("goal") or "positions"
+    parts = args.parts or (("train", "test") if split else ("train",))
+    check_settings(objects, goal, split, parts, args.episodes, n_max, args.batch_size)
+    return {"goal": goal, "split": split, "parts": parts}
+
+
+def ogbench_settings(args: Args, meta: dict, objects: tuple[int, ...], n_max: int | None) -> dict:
+    """The OGBench keywords of :func:`evaluate` (``env``, ``tasks``), checked; push options are refused."""
+    given = [f"--{name}" for name in ("goal", "split", "parts") if getattr(args, name) is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)}: push options; OGBench cubes have their own tasks (--tasks)")
+    tasks = args.tasks or tuple(range(1, ogb.N_TASKS + 1))
+    check_ogbench_settings(objects, tasks, args.episodes, n_max, args.batch_size)
+    return {"env": "ogbench-cube", "tasks": tasks}
 
 
 def focused(args: Args, policy: Policy | ExpertPolicy) -> Policy | ExpertPolicy | Focus:
@@ -182,7 +228,8 @@ def run(args: Args, policy, objects: tuple[int, ...], kwargs: dict, command: str
     report = evaluate(
         policy if acting is None else acting, objects, video_dir=out / "videos" if args.video else None, **kwargs
     )
-    expert = evaluate(ExpertPolicy, objects, **kwargs) if args.expert and args.path != EXPERT else None
+    ceiling = args.expert and args.path != EXPERT and kwargs.get("env", "push") == "push"
+    expert = evaluate(ExpertPolicy, objects, **kwargs) if ceiling else None
     write_report(report, out, command, expert=expert)
     run_dir = Path(args.path)
     if args.path != EXPERT and (run_dir / "tb" / "progress.csv").exists():
@@ -268,7 +315,7 @@ class FinalEvaluation:
     """The evaluation a training CLI runs at its end (`ecrl-train`, `ecrl-train-diffusion`)."""
 
     final_eval_objects: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
-    """Numbers of objects of the evaluation at the end of training (written to <run>/eval/; empty: skip)."""
+    """Numbers of objects of the evaluation at the end of training (written to <run>/eval/; empty: skip; a policy of OGBench cubes: 1, 2, 3, 4 or 8)."""
     final_eval_episodes: int = 50
     """Episodes per number of objects (and split part) of that evaluation."""
 
