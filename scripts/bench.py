@@ -6,7 +6,8 @@ Subcommands:
     policies  SAC+HER gradient updates/s of SB3's MLP vs the EIT vs DeepSets, batch-1 actor latency at
               N=12 (see `ecrl.policies.bench`)
     diffusion planning latency per env step at N=3 and N=12 (horizon, sampling steps, replan interval),
-              one denoiser call, training windows/s (see `ecrl.diffusion.bench`)
+              one denoiser call, training windows/s (see `ecrl.diffusion.bench`); `--env ogbench-cube`:
+              the same on OGBench's cubes, with env steps/s with planning
     planners  trained planners side by side on one task: success (95% CI) and planning ms per env step
               (see `ecrl.diffusion.bench_planners`)
     encoders  object-centric encoders: held-out FG-ARI, object-position probe error (cm), encoded
@@ -37,6 +38,11 @@ Examples:
 
     # a trained planner, training windows from a real dataset
     ecrl-bench diffusion --checkpoint runs/<run>/final --dataset data/push3
+
+    # OGBench cubes: a planner trained on play data, planning ms per env step and env steps/s with planning
+    # at 2, 3, 4 and 8 cubes (a checkpoint trained on OGBench data picks --env ogbench-cube by itself)
+    ecrl-bench diffusion --env ogbench-cube --n-objects 2 3 4 8 --settings 8 5 4 --checkpoint <run>/final \\
+        --dataset <play data> --threads 1 --out results/bench_ogbench_planning
 
     # the flat and the hierarchical planner on one task -> results/diffusion_hierarchical/
     ecrl-bench planners runs/<flat-run> runs/<hierarchical-run> --labels flat hierarchical \\

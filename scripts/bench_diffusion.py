@@ -2,6 +2,15 @@
 
 The measurement (and what it times, how) is :mod:`ecrl.diffusion.bench`; this module checks its target and
 writes its tables, plot and README.
+
+Examples:
+    # random weights in the push task at N=3 and 12 -> results/bench_diffusion/
+    ecrl-bench diffusion --threads 1
+
+    # OGBench's cubes: a planner trained on play data, planning ms per env step and env steps/s with
+    # planning at 2, 3, 4 and 8 cubes, training windows/s on the play data (extra ecrl[ogbench])
+    ecrl-bench diffusion --env ogbench-cube --n-objects 2 3 4 8 --settings 8 5 4 \\
+        --checkpoint <run>/final --dataset <play data> --threads 1 --out results/bench_ogbench_planning
 """
 
 from __future__ import annotations
@@ -28,7 +37,8 @@ def check_targets(args: DiffusionBenchConfig, result: dict[str, Any]) -> list[di
     ms = row["per_step_ms"]
     return [
         {
-            "target": f"planning per env step, N={row['n_objects']}, H={h}, {s} sampling steps, replan every {r}: "
+            "target": f"planning per env step, {row['env']}, N={row['n_objects']}, H={h}, {s} sampling steps, "
+            f"replan every {r}: "
             f"<= {args.max_ms:g} ms",
             "value": f"{ms:.2f} ms",
             "pass": ms <= args.max_ms,
@@ -39,6 +49,7 @@ def check_targets(args: DiffusionBenchConfig, result: dict[str, Any]) -> list[di
 # ---------------------------------------------------------------------------------------- outputs
 # Columns of each table: (header, key, format); the plain-text columns are left-aligned.
 _LATENCY = (
+    ("env", "env", "{}"),
     ("N", "n_objects", "{}"),
     ("horizon H", "horizon", "{}"),
     ("sampling steps", "sampling_steps", "{}"),
@@ -50,17 +61,20 @@ _LATENCY = (
     ("per step ms (amortised)", "per_step_ms", "**{:.2f}**"),
     ("per step mean ms", "per_step_mean_ms", "{:.2f}"),
     ("env step ms", "env_step_median_ms", "{:.3f}"),
+    ("env steps/s with planning", "steps_per_s_with_planning", "{:.1f}"),
     ("vs reference", "per_step_vs_ref", "{:.1f}x"),
 )
 _DENOISER = (
-    ("denoiser call, batch 1: N", "n_objects", "{}"),
+    ("denoiser call, batch 1: env", "env", "{}"),
+    ("N", "n_objects", "{}"),
     ("horizon H", "horizon", "{}"),
     ("tokens", "tokens", "{}"),
     ("median ms", "median_ms", "{:.3f}"),
     ("p90 ms", "p90_ms", "{:.3f}"),
 )
 _TRAINING = (
-    ("training: horizon H", "horizon", "{}"),
+    ("training: env", "env", "{}"),
+    ("horizon H", "horizon", "{}"),
     ("batch", "batch", "{}"),
     ("N", "n_objects", "{}"),
     ("windows", "windows", "{}"),
@@ -71,7 +85,7 @@ _TRAINING = (
 
 
 def _table(columns: tuple[tuple[str, str, str], ...], rows: list[dict[str, Any]]) -> str:
-    align = "".join("l" if key == "windows" else "r" for _, key, _ in columns)
+    align = "".join("l" if key in ("env", "windows") else "r" for _, key, _ in columns)
     cells = [[fmt.format(r[key]) for _, key, fmt in columns] for r in rows]
     return markdown_table([header for header, _, _ in columns], cells, align=align)
 
@@ -114,7 +128,7 @@ def plot(result: dict[str, Any], args: DiffusionBenchConfig, path: Path) -> None
         xticks=np.arange(len(settings)),
         xticklabels=[f"H={h}, S={s}, R={r}" for h, s, r in settings],
         ylabel="planning ms / env step (amortised)",
-        title=f"batch 1, {result['threads']} thread(s), {result['weights']} weights",
+        title=f"{result['env_id']}, batch 1, {result['threads']} thread(s), {result['weights']} weights",
     )
     left.legend(fontsize=7, loc="upper left")
     training = result["training"]
@@ -124,13 +138,23 @@ def plot(result: dict[str, Any], args: DiffusionBenchConfig, path: Path) -> None
         xticks=x,
         xticklabels=[f"H={r['horizon']}" for r in training],
         ylabel=f"training windows / s ({args.reduce})",
-        title=f"batch {args.train_batch}, N={training[0]['n_objects']}",
+        title=f"{training[0]['env']}, batch {args.train_batch}, N={training[0]['n_objects']}",
     )
     for ax in (left, right):
         ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def planning_env(result: dict[str, Any]) -> str:
+    """The planning env in words, for the README."""
+    if result["env"] == "ogbench-cube":
+        return (
+            f"`{result['env_id']}` (OGBench's cube env through the adapter: a UR5e arm, N cubes, task mode, "
+            f"evaluation task {result['task_id']}; 5-D actions, spatial state)"
+        )
+    return f"`{result['env_id']}` (the planar pusher, N objects; 2-D actions, planar state)"
 
 
 def write_readme(path: Path, command: str, args: DiffusionBenchConfig, result: dict[str, Any]) -> None:
@@ -140,12 +164,13 @@ def write_readme(path: Path, command: str, args: DiffusionBenchConfig, result: d
         f"Denoiser: width {d['width']}, {d['heads']} heads, {d['blocks']} blocks, MLP ratio {d['mlp_ratio']}, "
         f"{d['diffusion_steps']} noise levels; {result['weights']} weights; classifier-free guidance "
         f"{result['guidance']:g} (not 1: conditional and goal-free passes in one batch of 2). Planning: `policy.act(obs)` of the "
-        f"`DiffusionPlanner` behind `planner_policy`, batch 1, in `ecrl/Push-v0`, {result['latency'][0]['steps']} "
-        f"timed env steps per row; a plan costs `sampling steps` denoiser calls (DDIM) and is re-sampled every "
+        f"`DiffusionPlanner` behind `planner_policy`, batch 1, in {planning_env(result)}, "
+        f"{result['latency'][0]['steps']} timed env steps per row; a plan costs `sampling steps` denoiser calls (DDIM) and is re-sampled every "
         f"`replan every` steps. **Per step (amortised)** = (median planning call + (replan every − 1) × median "
         f"plan-reading call) / replan every; *per step mean* is the plain mean of all calls; *plan min* is the fastest "
         f"planning call (closest to the cost on an idle core). Env step: `env.step` of "
-        f"`gym.make`. Reference: one {result['reference']['label']} call after every env step; *vs reference* = "
+        f"`gym.make` (median); *env steps/s with planning* = 1000 / (per step + env step ms), batch 1, resets not "
+        f"counted. Reference: one {result['reference']['label']} call after every env step; *vs reference* = "
         f"per step / its median in the same rows (less sensitive to machine load than milliseconds). Training: the `ecrl-train-diffusion` "
         f"step (loss, backward, clipping, AdamW, EMA) on batches built before timing, {args.train_steps} steps × "
         f"{args.repeats} repeats per horizon. Anchor: EC-Diffuser spends about {ANCHOR_CALL_MS:g} ms per denoiser call on a GPU and makes "

@@ -1,15 +1,18 @@
 """The diffusion benchmark: its measurement (:mod:`ecrl.diffusion.bench`) called directly, and `ecrl-bench
 diffusion` end to end, with tiny settings; sane numbers, never timing thresholds."""
 
+import importlib.util
 import json
 
 import pytest
+from diffusion_helpers import tiny_train_config
 
 from ecrl.checkpoint import builder
+from ecrl.datasets import CollectConfig, collect_dataset
 from ecrl.diffusion.bench import DiffusionBenchConfig, measure, reference_actor
 from ecrl.diffusion.denoiser import DenoiserConfig
 from ecrl.diffusion.planner import DiffusionPlanner
-from ecrl.diffusion.train import planner_policy
+from ecrl.diffusion.train import planner_policy, train
 from ecrl.scripts.bench import main
 
 TINY = [
@@ -20,6 +23,24 @@ TINY = [
     "--train-horizons", "4", "--train-batch", "4", "--train-steps", "1", "--train-n-objects", "2",
     "--threads", "1",
 ]  # fmt: skip
+
+_TINY_CONFIG = {
+    "n_objects": (2,),
+    "settings": ((4, 2, 2),),
+    "steps": 4,
+    "repeats": 2,
+    "warmup_steps": 1,
+    "denoiser_calls": 2,
+    "width": 16,
+    "heads": 2,
+    "blocks": 1,
+    "ref_n": 2,
+    "train_horizons": (4,),
+    "train_batch": 4,
+    "train_steps": 1,
+    "train_n_objects": 2,
+    "threads": 1,
+}
 
 
 def test_bench_diffusion_writes_latency_denoiser_and_training_numbers(tmp_path):
@@ -93,6 +114,9 @@ def test_diffusion_measure_counts_every_timed_call(tmp_path):
     )
     result = measure(config)
     assert set(result) == {
+        "env",
+        "env_id",
+        "task_id",
         "threads",
         "weights",
         "denoiser",
@@ -103,6 +127,8 @@ def test_diffusion_measure_counts_every_timed_call(tmp_path):
         "training",
     }
     assert result["denoiser"]["width"] == 16 and result["denoiser"]["horizon"] == 4 and result["weights"] == "random"
+    assert (result["env"], result["env_id"], result["task_id"]) == ("push", "ecrl/Push-v0", None)
+    assert result["denoiser"]["action_dim"] == 2 and result["denoiser"]["state"] == "planar"
 
     every, third = result["latency"]
     assert every["steps"] == third["steps"] == 7  # warm-up steps are not timed
@@ -127,3 +153,92 @@ def test_the_reference_workload_is_the_registered_eit_actor():
     actor, observations = reference_actor(DiffusionBenchConfig(ref_n=3, width=16, heads=2))
     assert isinstance(actor, builder("entity_actor")) and not actor.training
     assert len(observations) == 16 and observations[0]["observation"].shape[:2] == (1, 4)  # agent + 3 objects
+
+
+# ---------------------------------------------------------------------------------------- OGBench cubes
+needs_ogbench = pytest.mark.skipif(importlib.util.find_spec("ogbench") is None, reason="needs the ogbench extra")
+TINY_CUBES = [
+    "--env", "ogbench-cube", "--n-objects", "1", "8",
+    "--settings", "4", "2", "2",
+    "--steps", "4", "--repeats", "2", "--warmup-steps", "1", "--denoiser-calls", "2",
+    "--width", "16", "--heads", "2", "--blocks", "1", "--ref-n", "2",
+    "--train-horizons", "4", "--train-batch", "4", "--train-steps", "1", "--train-n-objects", "2",
+    "--threads", "1",
+]  # fmt: skip
+
+
+@needs_ogbench
+def test_bench_diffusion_plans_in_ogbench_cubes_with_their_action_width(tmp_path):
+    main(["diffusion", *TINY_CUBES, "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert (result["env"], result["env_id"], result["task_id"]) == ("ogbench-cube", "ecrl/OGBenchCube-v0", 2)
+    assert result["denoiser"]["action_dim"] == 5 and result["denoiser"]["state"] == "spatial"
+    assert [(r["env"], r["n_objects"]) for r in result["latency"]] == [("ogbench-cube", 1), ("ogbench-cube", 8)]
+    for r in result["latency"]:
+        assert r["steps"] == 4 and r["plans"] == 2 and r["env_step_median_ms"] > 0
+        assert r["steps_per_s_with_planning"] == pytest.approx(1e3 / (r["per_step_ms"] + r["env_step_median_ms"]))
+    assert [(r["env"], r["n_objects"], r["tokens"]) for r in result["denoiser_call"]] == [
+        ("ogbench-cube", 1, 5 * 2 + 4 + 1),  # (H + 1) x (gripper + cube) + actions + goals
+        ("ogbench-cube", 8, 5 * 9 + 4 + 8),
+    ]
+    (train,) = result["training"]
+    assert (train["env"], train["n_objects"], train["windows"]) == (
+        "ogbench-cube",
+        2,
+        "synthetic (random-action rollout)",
+    )
+    assert "ecrl/OGBenchCube-v0" in (tmp_path / "README.md").read_text()
+    assert "ogbench-cube, N=1" in result["targets"][0]["target"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"env": "ogbench-cube", "n_objects": (2, 5)}, "OGBench's cube counts \\[1, 2, 3, 4, 8\\]"),
+        ({"env": "ogbench-cube", "n_objects": (2,), "train_n_objects": 12}, "train_n_objects must be OGBench's"),
+        ({"env": "ogbench-cube", "n_objects": (2,), "task_id": 6}, "task_id must be in 1 … 5"),
+        ({"n_objects": (17,)}, "n_objects must be in 1 … 16 in env push"),
+    ],
+)
+def test_bench_diffusion_refuses_numbers_of_objects_the_env_lacks(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        DiffusionBenchConfig(**kwargs)
+
+
+@pytest.fixture(scope="module")
+def cube_planner(tmp_path_factory):
+    """A planner from a tiny training run on OGBench play data (2 cubes), and the play data."""
+    if importlib.util.find_spec("ogbench") is None:
+        pytest.skip("needs the ogbench extra")
+    root = tmp_path_factory.mktemp("cubes")
+    config = CollectConfig(env="ogbench-cube", play=True, n_objects=(2,), episodes=2, play_steps=30, progress=False)
+    collect_dataset(root / "play", config)
+    run = train(tiny_train_config(root / "play", root / "runs", replan_every=2)).run_dir
+    return run / "final", root / "play"
+
+
+@needs_ogbench
+def test_a_checkpoint_trained_on_ogbench_cubes_is_timed_in_their_env(cube_planner, tmp_path):
+    checkpoint, play = cube_planner
+    config = DiffusionBenchConfig(
+        **{**_TINY_CONFIG, "n_objects": (2, 3), "checkpoint": checkpoint, "dataset": play, "out": tmp_path}
+    )
+    assert config.env is None  # left to the checkpoint
+    result = measure(config)
+    assert result["env"] == "ogbench-cube" and result["denoiser"]["state"] == "spatial"
+    assert [(r["env"], r["n_objects"], r["horizon"], r["replan_every"]) for r in result["latency"]] == [
+        ("ogbench-cube", 2, 4, 2),
+        ("ogbench-cube", 3, 4, 2),
+    ]
+    assert all(r["windows"] == str(play) and r["env"] == "ogbench-cube" for r in result["training"])
+
+
+@needs_ogbench
+def test_a_checkpoint_or_dataset_of_another_env_is_refused(cube_planner, tmp_path):
+    checkpoint, play = cube_planner
+    with pytest.raises(ValueError, match="trained in env ogbench-cube .* not in --env push"):
+        measure(DiffusionBenchConfig(**{**_TINY_CONFIG, "env": "push", "checkpoint": checkpoint}))
+    with pytest.raises(ValueError, match="OGBench's cube counts"):  # the checkpoint's env has no 12 cubes
+        measure(DiffusionBenchConfig(**{**_TINY_CONFIG, "n_objects": (12,), "checkpoint": checkpoint}))
+    with pytest.raises(ValueError, match="collected in env ogbench-cube .* plans in push"):
+        measure(DiffusionBenchConfig(**{**_TINY_CONFIG, "dataset": play}))
