@@ -107,7 +107,10 @@ def time_training(
         raws = (
             synthetic_windows(config, h, rng, count=4)
             if dataset is None  # play data has no goals: a later state of the window's episode, as in training
-            else [dataset.sample_windows(config.train_batch, h, rng, hindsight=dataset.play) for _ in range(4)]
+            else [
+                dataset.sample_windows(config.train_batch, h, rng, hindsight="future" if dataset.play else None)
+                for _ in range(4)
+            ]
         )
         batches = [{k: torch.as_tensor(raw[k]) for k in keys if k in raw} for raw in raws]
         n_objects = int(batches[0]["observation"].shape[2]) - 1

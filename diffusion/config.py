@@ -32,6 +32,11 @@ class DiffusionTrainConfig(ComputeOptions):
     steps. The hierarchical planner's two denoisers have this size with horizons ``subgoal_horizon``
     (high) and ``subgoal_every`` (low); ``entity_dim`` comes from ``--encoder``, ``action_dim`` and
     ``state`` from the dataset (``spatial`` for OGBench's cubes)."""
+    hindsight: Literal["future", "placements"] = "future"
+    """How play data (episodes without a goal of their own, e.g. OGBench's) gets each window's goal:
+    ``future``, a later state of the episode drawn uniformly, as OGBench's goal-conditioned baselines
+    draw their actors' goals; ``placements``, the scene after the next k cube placements, k geometric
+    with mean 2 (:meth:`ecrl.datasets.DemoDataset.placement_goals`). Ignored for expert datasets."""
     recolour: bool = False
     """Give every object of every training window a random colour, its goal rows the same
     (:func:`ecrl.datasets.recolour_windows`): goals are matched to objects by colour, and a dataset of
@@ -118,6 +123,8 @@ class DiffusionTrainConfig(ComputeOptions):
             problems.append(f"lr must be > 0, got {self.lr}")
         if self.encoder is not None and self.planner != "flat":
             problems.append("planning from pixels (--encoder) is implemented for the flat planner only")
+        if self.hindsight not in ("future", "placements"):
+            problems.append(f"hindsight must be 'future' or 'placements', got {self.hindsight!r}")
         if self.recolour and (self.encoder is not None or self.planner != "flat"):
             problems.append("recolour is implemented for the flat state planner (no --encoder)")
         if self.encoder is not None and self.init_from is not None:

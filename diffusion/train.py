@@ -159,7 +159,7 @@ class _Trainer:
         """One batch's loss terms per denoiser (``""`` flat; ``"high"`` and ``"low"`` hierarchical)."""
         config, rng, batch_size, models = self.config, self.rng, self.batch_size, self.forward
         # Play data has no goal per episode: every window's goal is a state it reached later.
-        hindsight = {"hindsight": True} if getattr(dataset, "play", False) else {}
+        hindsight = {"hindsight": config.hindsight} if getattr(dataset, "play", False) else {}
 
         def tensors(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
             batch = recolour_windows(batch, rng) if config.recolour else batch

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from ecrl.dataset_format import (
 )
 from ecrl.envs import ENTITY_DIM, GOAL_DIM, TaskSpec
 from ecrl.envs import ogbench as ogb
-from ecrl.envs.layout import ENTITY_FIELDS, GOAL_COLOUR
+from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_FIELDS, GOAL_COLOUR, GOAL_POSITION
 
 __all__ = [
     "ACTION_DIM",
@@ -46,6 +47,9 @@ __all__ = [
     "CollectResult",
     "DatasetError",
     "DemoDataset",
+    "PLACEMENT_CONTACT",
+    "PLACEMENT_MOVE",
+    "PLACEMENT_SPEED",
     "Episode",
     "collect_dataset",
     "import_ogbench_dataset",
@@ -54,6 +58,13 @@ __all__ = [
 ]
 
 _COLOUR = ENTITY_FIELDS["colour"]
+_VELOCITY, _CONTACT = ENTITY_FIELDS["velocity"], AGENT_GRIPPER.start + 1
+PLACEMENT_SPEED = 0.01
+"""m/s: every object slower than this is at rest (:meth:`DemoDataset.placements`)."""
+PLACEMENT_CONTACT = 0.1
+"""The gripper's contact (agent row, in [0, 1]) below which it holds nothing (:meth:`DemoDataset.placements`)."""
+PLACEMENT_MOVE = 0.01
+"""m: an object moved farther than this since the last placement makes the next rest a placement."""
 
 
 def recolour_windows(batch: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -139,6 +150,7 @@ class DemoDataset:
         self.step_starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
         self.state_starts = self.step_starts + np.arange(len(self.lengths))
         self._step_episode = np.repeat(np.arange(len(self.lengths)), self.lengths)
+        self._placements: np.ndarray | None = None
 
     def _empty(self) -> None:
         m = self.n_max
@@ -275,12 +287,13 @@ class DemoDataset:
         horizon: int,
         rng: np.random.Generator | int | None = None,
         n_max: int | None = None,
-        hindsight: bool = False,
+        hindsight: Literal["future", "placements"] | None = None,
     ) -> dict[str, np.ndarray]:
         """``batch_size`` windows (see :meth:`windows`) starting at steps drawn uniformly over the dataset.
 
-        With ``hindsight`` each window's ``desired_goal`` is relabelled (:meth:`hindsight_goals`): the
-        goal of play data, whose episodes have none.
+        With ``hindsight`` each window's ``desired_goal`` is relabelled, the goal of play data, whose
+        episodes have none: ``"future"``, a later state drawn uniformly (:meth:`hindsight_goals`);
+        ``"placements"``, the scene after the next few cube placements (:meth:`placement_goals`).
         """
         if self.num_steps == 0:
             raise DatasetError(f"{self.path} holds no steps to sample windows from")
@@ -288,10 +301,11 @@ class DemoDataset:
         step = rng.integers(self.num_steps, size=batch_size)
         e = self._step_episode[step]
         batch = self.windows(e, step - self.step_starts[e], horizon, n_max)
-        if hindsight:
-            batch["desired_goal"] = self.hindsight_goals(
-                e, step - self.step_starts[e], rng, batch["goal_mask"].shape[1]
-            )
+        if hindsight is not None:
+            relabel = {"future": self.hindsight_goals, "placements": self.placement_goals}.get(hindsight)
+            if relabel is None:
+                raise ValueError(f"hindsight must be 'future', 'placements' or None, got {hindsight!r}")
+            batch["desired_goal"] = relabel(e, step - self.step_starts[e], rng, batch["goal_mask"].shape[1])
         return batch
 
     def hindsight_goals(
@@ -311,6 +325,63 @@ class DemoDataset:
         future = t + 1 + (rng.random(len(e)) * (length - t)).astype(np.int64)  # in [t + 1, length]
         goals = self.achieved_goal[self.state_starts[e] + np.minimum(future, length)]
         return pad_rows(goals, self.n_max if n_max is None else n_max)
+
+    def placements(self) -> np.ndarray:
+        """State indices (into :attr:`observation`) of every *placement*, in order: the first state
+        at which the objects are at rest and let go after one of them was moved (by more than
+        :data:`PLACEMENT_MOVE`) since the previous placement, or since the episode began.
+
+        "At rest and let go": every object slower than :data:`PLACEMENT_SPEED` and the gripper's
+        contact (the agent row's second :data:`~ecrl.envs.layout.AGENT_GRIPPER` column) below
+        :data:`PLACEMENT_CONTACT`. It is read from the observations alone (no oracle or expert
+        state), so it applies to any dataset, OGBench's own files included. Computed once and cached.
+        """
+        if self._placements is None:
+            obs = self.observation
+            speed = np.linalg.norm(obs[:, 1:, _VELOCITY], axis=-1) * obs[:, 1:, 0]  # 0 on padded rows
+            rest = (speed.max(-1) < PLACEMENT_SPEED) & (obs[:, 0, _CONTACT] < PLACEMENT_CONTACT)
+            position = self.achieved_goal[..., GOAL_POSITION]
+            found = []
+            for first, length in zip(self.state_starts.tolist(), self.lengths.tolist(), strict=True):
+                reference = position[first]
+                for s in (first + 1 + np.flatnonzero(rest[first + 1 : first + length + 1])).tolist():
+                    if np.abs(position[s] - reference).max() > PLACEMENT_MOVE:
+                        found.append(s)
+                        reference = position[s]
+            self._placements = np.asarray(found, np.int64)
+        return self._placements
+
+    def placement_goals(
+        self,
+        episodes: np.ndarray,
+        starts: np.ndarray,
+        rng: np.random.Generator,
+        n_max: int | None = None,
+        p_next: float = 0.5,
+    ) -> np.ndarray:
+        """Goals relabelled in hindsight at placements: the achieved goal rows of the scene after the
+        ``k``-th placement (:meth:`placements`) that follows a window's first state, ``k`` drawn from a
+        geometric distribution (``P(k) = p_next (1 - p_next)^(k - 1)``), so that half the goals move one
+        object, a quarter two, and so on. Past the episode's last placement: its last state.
+
+        Play data wanders between its placements (lifts, carries, hesitations); a goal drawn uniformly
+        from the future (:meth:`hindsight_goals`) is as often a scene in mid-carry as a scene at rest,
+        and the steps that lead to a far one are a few of many. A goal at a placement is a scene like an
+        evaluation goal (objects at rest), and the steps towards the next one are the ones that reach it.
+
+        Returns:
+            ``(B, n_max, GOAL_DIM)`` goal rows (padded to ``n_max``, default: the dataset's).
+        """
+        if not 0 < p_next <= 1:
+            raise ValueError(f"p_next must be in (0, 1], got {p_next!r}")
+        e, t = np.asarray(episodes, np.int64).reshape(-1), np.asarray(starts, np.int64).reshape(-1)
+        placements, first = self.placements(), self.state_starts[e]
+        last = first + self.lengths[e]
+        k = rng.geometric(p_next, size=len(e))  # >= 1
+        index = np.searchsorted(placements, first + t, side="right") + k - 1  # k-th placement after state t
+        state = placements[np.minimum(index, len(placements) - 1)] if len(placements) else last
+        state = np.where((index < len(placements)) & (state <= last), state, last)
+        return pad_rows(self.achieved_goal[state], self.n_max if n_max is None else n_max)
 
     def iter_windows(
         self,

@@ -314,17 +314,21 @@ def worker_source(args: Args, options: dict) -> type[ExpertPolicy] | PolicyLoade
 class FinalEvaluation:
     """The evaluation a training CLI runs at its end (`ecrl-train`, `ecrl-train-diffusion`)."""
 
-    final_eval_objects: tuple[int, ...] = (1, 2, 3, 4, 6, 8)
-    """Numbers of objects of the evaluation at the end of training (written to <run>/eval/; empty: skip; a policy of OGBench cubes: 1, 2, 3, 4 or 8)."""
+    final_eval_objects: tuple[int, ...] | None = None
+    """Numbers of objects of the evaluation at the end of training (written to <run>/eval/; empty: skip). Default: 1 2 3 4 6 8 on push; for a policy of OGBench cubes its training size (OGBench's five tasks; sizes 1, 2, 3, 4 or 8)."""
     final_eval_episodes: int = 50
-    """Episodes per number of objects (and split part) of that evaluation."""
+    """Episodes per number of objects (and split part, or OGBench task) of that evaluation."""
 
     def run_final_evaluation(self, run_dir: Path, progress: bool) -> None:
         """`ecrl-eval run_dir` with these settings (nothing with no numbers of objects)."""
-        if self.final_eval_objects:
-            objects = [str(n) for n in self.final_eval_objects]
+        objects = self.final_eval_objects
+        if objects is None:
+            meta = ecrl.load(run_dir).meta
+            ogbench = meta.get("env") == "ogbench-cube"
+            objects = tuple(meta.get("train_n_objects", ())) if ogbench else (1, 2, 3, 4, 6, 8)
+        if objects:
             quiet = [] if progress else ["--no-progress"]
-            main([str(run_dir), "--objects", *objects, "--episodes", str(self.final_eval_episodes), *quiet])
+            main([str(run_dir), "--objects", *map(str, objects), "--episodes", str(self.final_eval_episodes), *quiet])
 
 
 def main(argv: Sequence[str] | None = None) -> None:

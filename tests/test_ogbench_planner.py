@@ -9,7 +9,15 @@ import torch
 from diffusion_helpers import tiny_train_config
 
 import ecrl
-from ecrl.datasets import CollectConfig, DemoDataset, collect_dataset, recolour_windows
+from ecrl.datasets import (
+    PLACEMENT_CONTACT,
+    PLACEMENT_MOVE,
+    PLACEMENT_SPEED,
+    CollectConfig,
+    DemoDataset,
+    collect_dataset,
+    recolour_windows,
+)
 from ecrl.diffusion.denoiser import (
     DYNAMIC_DIM,
     SPATIAL_DYNAMIC_DIM,
@@ -19,7 +27,7 @@ from ecrl.diffusion.denoiser import (
     split_rows,
 )
 from ecrl.diffusion.train import train
-from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_DIM, ENTITY_FIELDS, GOAL_COLOUR, GOAL_DIM
+from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_DIM, ENTITY_FIELDS, GOAL_COLOUR, GOAL_DIM, GOAL_POSITION
 
 needs_ogbench = pytest.mark.skipif(importlib.util.find_spec("ogbench") is None, reason="needs the ogbench extra")
 POS = ENTITY_FIELDS["position"]
@@ -101,10 +109,62 @@ def test_hindsight_goals_are_later_states_of_the_same_episode(play_data):
         assert matches, f"goal of episode {e} from step {t} is no later state of it"
     # A window from the last step can only aim at the episode's last state; others spread over the rest.
     np.testing.assert_array_equal(goals[1], data.achieved_goal[data.state_starts[0] + 60])
-    batch = data.sample_windows(16, 4, np.random.default_rng(1), hindsight=True)
+    batch = data.sample_windows(16, 4, np.random.default_rng(1), hindsight="future")
     plain = data.sample_windows(16, 4, np.random.default_rng(1))
     np.testing.assert_array_equal(batch["observation"], plain["observation"])  # same windows, other goals
     assert not np.array_equal(batch["desired_goal"], plain["desired_goal"])
+
+
+@pytest.fixture(scope="module")
+def long_play(tmp_path_factory):
+    """Two play episodes long enough for a few placements each (one takes the oracle 45-90 steps)."""
+    if importlib.util.find_spec("ogbench") is None:
+        pytest.skip("needs the ogbench extra")
+    path = tmp_path_factory.mktemp("play") / "double_long"
+    config = CollectConfig(env="ogbench-cube", play=True, n_objects=(2,), episodes=2, play_steps=400, progress=False)
+    collect_dataset(path, config)
+    return DemoDataset(path)
+
+
+@needs_ogbench
+def test_placements_are_the_first_rests_after_an_object_moved(long_play):
+    data = long_play
+    placements = data.placements()
+    speed = np.linalg.norm(data.observation[:, 1:, ENTITY_FIELDS["velocity"]], axis=-1).max(-1)
+    contact = data.observation[:, 0, AGENT_GRIPPER.start + 1]
+    rest = (speed < PLACEMENT_SPEED) & (contact < PLACEMENT_CONTACT)
+    position = data.achieved_goal[..., GOAL_POSITION]
+    assert (np.diff(placements) > 0).all() and rest[placements].all()
+    for e in range(len(data)):
+        first, last = data.state_starts[e], data.state_starts[e] + data.lengths[e]
+        mine = placements[(placements > first) & (placements <= last)]
+        assert len(mine) >= 2, f"the oracle places a cube every 45-90 steps; episode {e} has {len(mine)} placements"
+        reference = position[first]
+        for s in range(first + 1, last + 1):
+            moved = np.abs(position[s] - reference).max() > PLACEMENT_MOVE
+            assert (s in mine) == (rest[s] and moved), f"state {s}: rest {rest[s]}, moved {moved}"
+            if s in mine:
+                reference = position[s]
+    # k = 1 (p_next = 1): the scene of the first placement after the window's start, else the last state.
+    episodes = np.repeat(np.arange(len(data)), 400)
+    starts = np.tile(np.arange(400), len(data))
+    goals = data.placement_goals(episodes, starts, np.random.default_rng(0), p_next=1.0)
+    for e, t, goal in zip(episodes, starts, goals, strict=True):
+        first, last = data.state_starts[e], data.state_starts[e] + data.lengths[e]
+        after = placements[(placements > first + t) & (placements <= last)]
+        np.testing.assert_array_equal(goal, data.achieved_goal[after[0] if len(after) else last])
+    # k geometric: goals are later placements of the same episode (or its last state), one move or more ahead.
+    goals = data.placement_goals(episodes, starts, np.random.default_rng(1))
+    for e, t, goal in zip(episodes, starts, goals, strict=True):
+        first, last = data.state_starts[e], data.state_starts[e] + data.lengths[e]
+        allowed = [s for s in placements if first + t < s <= last] + [last]
+        assert any(np.array_equal(goal, data.achieved_goal[s]) for s in allowed)
+    batch = data.sample_windows(64, 4, np.random.default_rng(2), hindsight="placements")
+    assert batch["desired_goal"].shape == (64, 2, GOAL_DIM)
+    with pytest.raises(ValueError, match="hindsight must be"):
+        data.sample_windows(4, 4, np.random.default_rng(2), hindsight="uniform")
+    with pytest.raises(ValueError, match="p_next"):
+        data.placement_goals(episodes[:2], starts[:2], np.random.default_rng(0), p_next=0.0)
 
 
 @needs_ogbench
@@ -129,7 +189,7 @@ def test_a_planner_trained_on_play_data_is_spatial_and_acts_in_the_cube_env(play
 @needs_ogbench
 def test_recolouring_gives_each_object_and_its_goals_one_new_colour(play_data):
     data = DemoDataset(play_data)
-    batch = data.sample_windows(32, 4, np.random.default_rng(0), hindsight=True, n_max=3)  # one padded object
+    batch = data.sample_windows(32, 4, np.random.default_rng(0), hindsight="future", n_max=3)  # one padded object
     out = recolour_windows(batch, np.random.default_rng(1))
     colour = ENTITY_FIELDS["colour"]
     objects = out["observation"][:, :, 1:, colour]
