@@ -112,6 +112,8 @@ class PushEnv(gym.Env):
             task = TaskSpec.from_dict(task)
         if not hasattr(task, "sample"):
             raise ValueError(f"task must be a TaskSpec or a task distribution, got {type(task).__name__}")
+        if isinstance(task, TaskSpec) and task.embodiment != "pusher":
+            raise ValueError(f"PushEnv simulates the planar pusher, the task is for {task.embodiment!r} (use make_env)")
         n = _check_n(task.n_objects)
         n_max = n if n_max is None else _check_n(n_max)
         if n_max < n:
@@ -172,6 +174,8 @@ class PushEnv(gym.Env):
             spec = TaskSpec.from_dict(spec)
         if spec.n_objects != self.n_objects:
             raise ValueError(f"this env simulates {self.n_objects} objects, the task has {spec.n_objects}")
+        if spec.embodiment != "pusher":
+            raise ValueError(f"PushEnv simulates the planar pusher, the task is for {spec.embodiment!r} (use make_env)")
         self._apply_spec(spec)
         rng, n = self.np_random, self.n_objects
         # Scene: agent and objects on distinct cells; targets away from their objects.

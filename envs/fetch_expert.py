@@ -1,0 +1,246 @@
+"""Scripted experts for the Fetch arm: push, pick-and-place and stacking from privileged state."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from ecrl.envs.expert import plan_step
+from ecrl.envs.fetch import FetchEnv
+from ecrl.envs.fetch_scene import FINGER_INNER, FINGER_RANGE, GRIP_TO_TIP, MAX_DISPLACEMENT
+from ecrl.envs.goals import same_group
+from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_FIELDS, ENTITY_PRESENT, GOAL_FIELDS
+
+_E, _G = ENTITY_FIELDS, GOAL_FIELDS
+_POS, _SIZE = _E["position"], _E["size"].start
+_OPEN = AGENT_GRIPPER.start
+_FINGER = 0.015
+"""Half width (m) of the closed fingers seen from above: the pushing face's distance from the grip site."""
+_CLEAR = 0.025
+"""Vertical clearance (m) over everything on the table when the gripper travels."""
+
+
+class FetchExpert:
+    """Scripted expert for every Fetch skill, one object at a time; :attr:`current` is the object it works on.
+
+    - ``pick_place`` and ``stack``: rise above everything, move over the object, open the fingers
+      just wider than it, descend, close, lift, carry it over its target (correcting for where in the
+      fingers it sits), lower it onto the target (for ``stack``, onto the tower built so far, level by
+      level in rank order), open and rise. An in-air target is served last and held there.
+    - ``push`` (fingers blocked closed): rise, move over the spot behind the object on the line to its
+      target (routed around the other objects), descend to just above the table and push.
+
+    Objects are matched to targets optimally within interchangeable groups, as by the env; the next
+    object is the nearest unplaced one (for ``ordered`` goals the next by rank). An object that
+    makes no progress for a while is set aside for a while.
+
+    Args:
+        env: a :class:`~ecrl.envs.fetch.FetchEnv` (wrappers are fine) whose observations ``act`` receives.
+        tolerance: fraction of the env's distance threshold the expert aims for.
+        seed: seeds the random steps that get it out of a stall.
+    """
+
+    STALL_STEPS = 40
+    SET_ASIDE_STEPS = 60
+    WANDER_STEPS = 4
+
+    def __init__(self, env: gym.Env, tolerance: float = 0.5, seed: int = 0) -> None:
+        self.env: FetchEnv = env.unwrapped
+        if not isinstance(self.env, FetchEnv):
+            raise ValueError(f"FetchExpert drives ecrl Fetch envs, got {type(self.env).__name__}")
+        self.tolerance = tolerance
+        self._rng = np.random.default_rng(seed)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the episode's progress (call at episode start)."""
+        self._current: int | None = None
+        self._phase = "reach"
+        self._t, self._phase_t = 0, 0
+        self._best, self._since, self._wander = np.inf, 0, 0
+        self._aside_until: dict[int, int] = {}
+        self.last_random = False  # whether the last action was a random step out of a stall
+
+    @property
+    def current(self) -> int | None:
+        """Index (among the object rows) of the object the expert works on, ``None`` between objects."""
+        return self._current
+
+    # ------------------------------------------------------------------ choice of object
+    def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """Action ``(4,) float32`` in ``[-1, 1]`` for one observation."""
+        self.last_random = False
+        rows = obs["observation"]
+        if rows.ndim != 2:
+            raise ValueError(f"act takes one observation, got observation of shape {rows.shape}")
+        agent_row = rows[rows[:, _E["is_agent"].start] > 0.5][0]
+        grip, opening = agent_row[_POS], float(agent_row[_OPEN])
+        objects = np.flatnonzero((rows[:, _E["is_object"].start] > 0.5) & (rows[:, ENTITY_PRESENT] > 0.5))
+        n = len(objects)
+        pos, sizes = rows[objects][:, _POS], rows[objects, _SIZE]
+        desired = obs["desired_goal"][:n]
+        targets, ranks = desired[:, _G["position"]], desired[:, _G["rank"].start]
+        spec, aim_distance = self.env.spec_, self.tolerance * self.env.distance_threshold
+        self._t += 1
+        self._phase_t += 1
+        i = self._current
+        if i is not None and i < n and self._phase in ("carry", "release") and spec.skill != "push":
+            pass  # finish putting it down (or keep holding it in the air) even once it counts as placed
+        elif i is not None and (i >= n or np.linalg.norm(pos[i] - targets[self._goal]) <= aim_distance):
+            self._switch(None)
+        if self._current is None:
+            same = same_group(desired[None], by_colour=spec.goal == "sort")[0] | np.eye(n, dtype=bool)
+            cost = np.linalg.norm(pos[:, None] - targets[None], axis=-1)
+            _, goal_of = linear_sum_assignment(np.where(same, cost, 1e6))
+            todo = cost[np.arange(n), goal_of] > aim_distance
+            if not todo.any():
+                return np.zeros(4, dtype=np.float32)
+            self._switch(self._choose(grip, pos, sizes, targets, ranks, goal_of, todo))
+            self._goal = int(goal_of[self._current])
+        i = self._current
+        target = targets[self._goal]
+        remaining = float(np.linalg.norm(pos[i] - target))
+        if remaining > aim_distance and self._stalled(i, remaining):
+            self.last_random = True
+            return np.concatenate([self._rng.uniform(-1, 1, 3), [1.0]]).astype(np.float32)
+        if spec.skill == "push":
+            return self._push(grip, i, target[:2], pos, sizes)
+        return self._pick_place(grip, opening, i, target, pos, sizes, rows[objects])
+
+    def _choose(self, grip, pos, sizes, targets, ranks, goal_of, todo) -> int:
+        """The next object: by rank for ``ordered`` goals and towers, else the nearest (in-air targets last)."""
+        n, spec = len(pos), self.env.spec_
+        if spec.goal == "ordered" and self.env.filled_in_order < n:
+            object_on = np.empty(n, dtype=np.int64)
+            object_on[goal_of] = np.arange(n)
+            return int(object_on[self.env.target_order[self.env.filled_in_order]])
+        if spec.skill == "stack":
+            return int(min(np.flatnonzero(todo), key=lambda k: ranks[goal_of[k]]))
+        aside = np.array([self._aside_until.get(k, 0) > self._t for k in range(n)])
+        in_air = targets[goal_of, 2] > sizes + 0.01
+        key = np.linalg.norm(pos[:, :2] - grip[:2], axis=-1) + 1e3 * ~todo + 1e2 * aside + 10 * in_air
+        return int(np.argmin(key))
+
+    def _switch(self, i: int | None) -> None:
+        self._current, self._phase, self._phase_t = i, "reach", 0
+        self._best, self._since, self._air, self._goal, self._down_t = np.inf, 0, False, -1, 0
+
+    def _go(self, phase: str) -> None:
+        self._phase, self._phase_t = phase, 0
+
+    def _stalled(self, i: int, remaining: float) -> bool:
+        if remaining < self._best - 0.005:
+            self._best, self._since = remaining, 0
+        else:
+            self._since += 1
+        if self._since > self.STALL_STEPS:
+            self._aside_until[i] = self._t + self.SET_ASIDE_STEPS
+            self._wander = self.WANDER_STEPS
+            self._switch(None)
+        if self._wander > 0:
+            self._wander -= 1
+            return True
+        return False
+
+    # ------------------------------------------------------------------ motion
+    @staticmethod
+    def _move(grip: np.ndarray, goal: np.ndarray, travel_z: float, reach: float = 0.015) -> np.ndarray:
+        """Aim point towards ``goal`` that first rises to ``travel_z`` when far in the plane."""
+        if np.linalg.norm(goal[:2] - grip[:2]) > reach:
+            if grip[2] < travel_z - 0.015:
+                return np.array([grip[0], grip[1], travel_z + 0.01])
+            return np.array([goal[0], goal[1], max(travel_z, goal[2])])
+        return goal
+
+    @staticmethod
+    def _action(grip: np.ndarray, aim: np.ndarray, fingers: float) -> np.ndarray:
+        return np.concatenate([np.clip((aim - grip) / MAX_DISPLACEMENT, -1, 1), [fingers]]).astype(np.float32)
+
+    def _top(self, pos: np.ndarray, sizes: np.ndarray, skip: int) -> float:
+        """Height of the highest top among the objects other than ``skip`` (0 for the bare table)."""
+        others = np.arange(len(pos)) != skip
+        return float(max((pos[others, 2] + sizes[others]).max(initial=0.0), 0.0))
+
+    # ------------------------------------------------------------------ pick and place, stack
+    def _pick_place(self, grip, opening, i, target, pos, sizes, rows) -> np.ndarray:
+        obj, size = pos[i], sizes[i]
+        q = opening * FINGER_RANGE  # each finger's travel
+        yaw = np.arctan2(rows[i, _E["yaw"].start], rows[i, _E["yaw"].start + 1])
+        half_y = size * (abs(np.cos(yaw)) + abs(np.sin(yaw))) if rows[i, _E["shape"].start] > 0.5 else size
+        wide = min(FINGER_RANGE, half_y - FINGER_INNER + 0.012)
+        open_cmd = float(np.clip(wide - q, -1, 1))  # finger target = travel + command
+        top = self._top(pos, sizes, i)
+        grasp_z = max(size, GRIP_TO_TIP + 0.004)
+        phase = self._phase
+        if phase == "reach":
+            # Over every object, the one to grasp included: open fingers reach far beside it.
+            travel = max(self._top(pos, sizes, -1) + _CLEAR + GRIP_TO_TIP, grasp_z + 0.02)
+            goal = np.array([obj[0], obj[1], travel])
+            aim = self._move(grip, goal, travel, reach=0.006)
+            if np.linalg.norm(goal[:2] - grip[:2]) < 0.006 and q > wide - 0.006:
+                self._go("descend")
+            return self._action(grip, aim, open_cmd)
+        if phase == "descend":
+            goal = np.array([obj[0], obj[1], grasp_z])
+            if np.linalg.norm(goal[:2] - grip[:2]) > 0.015:
+                self._go("reach")
+            elif abs(grip[2] - grasp_z) < 0.006 or self._phase_t > 12:
+                self._go("grasp")
+            return self._action(grip, goal, open_cmd)
+        if phase == "grasp":
+            if self._phase_t >= 5:
+                if q > 0.005 and np.linalg.norm(obj - grip) < size + 0.02:
+                    self._go("carry")
+                    self._air = self.env.spec_.skill == "pick_place" and target[2] > size + 0.01
+                else:
+                    self._go("reach")
+            return self._action(grip, np.array([obj[0], obj[1], grasp_z]), -1.0)
+        offset = grip - obj  # where the object sits in the fingers
+        if phase == "carry":
+            if np.linalg.norm(offset) > size + 0.03:  # dropped
+                self._go("reach")
+                return self._action(grip, grip, open_cmd)
+            carry_travel = top + _CLEAR + size + offset[2]
+            err = target - obj
+            goal = target + offset
+            if np.linalg.norm(err[:2]) > 0.004 and err[2] < -0.004:
+                goal[2] += 0.015  # line it up in the air, then go straight down
+            aim = self._move(grip, goal, carry_travel, reach=0.01)
+            settled = np.linalg.norm(rows[i, _E["velocity"]]) < 0.05
+            down = np.linalg.norm(err[:2]) < 0.015 and abs(err[2]) < 0.008
+            self._down_t = self._down_t + 1 if down else 0
+            aligned = np.linalg.norm(err[:2]) < 0.005 and settled
+            if not self._air and down and (aligned or self._down_t > 10):
+                self._go("release")
+            return self._action(grip, aim, -1.0)
+        if phase == "release":
+            if self._phase_t > 4:
+                self._go("retreat")
+            return self._action(grip, grip, open_cmd)
+        # retreat: straight up, then the next object
+        if grip[2] > max(obj[2] + size, 0) + _CLEAR + GRIP_TO_TIP or self._phase_t > 10:
+            self._switch(None)
+        return self._action(grip, np.array([grip[0], grip[1], grip[2] + 0.05]), open_cmd)
+
+    # ------------------------------------------------------------------ push
+    def _push(self, grip, i, target, pos, sizes) -> np.ndarray:
+        obj, size = pos[i, :2], sizes[i]
+        remaining = np.linalg.norm(target - obj)
+        others = np.arange(len(pos)) != i
+        way = plan_step(obj, target, pos[others, :2], sizes[others] + size + 0.005)
+        u = (way - obj) / max(np.linalg.norm(way - obj), 1e-9)
+        perp = np.array([-u[1], u[0]])
+        contact = size + _FINGER
+        push_z = GRIP_TO_TIP + 0.006
+        rel = grip[:2] - obj
+        along, lateral = rel @ u, rel @ perp
+        low = grip[2] < push_z + 0.015
+        if low and along < -0.7 * contact and abs(lateral) < 0.5 * size and np.linalg.norm(rel) < contact + 0.02:
+            aim_xy = obj - u * contact + u * min(remaining, 0.025)
+            return self._action(grip, np.array([*aim_xy, push_z]), 0.0)
+        spot = obj - u * (contact + 0.012)
+        travel = self._top(pos, sizes, -1) + _CLEAR + GRIP_TO_TIP
+        near = low and np.linalg.norm(spot - grip[:2]) < 0.02 and along < 0  # already behind it: no need to rise
+        aim = self._move(grip, np.array([*spot, push_z]), travel, reach=0.02 if near else 0.008)
+        return self._action(grip, aim, 0.0)
