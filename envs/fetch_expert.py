@@ -88,6 +88,8 @@ class FetchExpert:
         if i is not None and i < n and self._phase in ("carry", "release") and spec.skill != "push":
             pass  # finish putting it down (or keep holding it in the air) even once it counts as placed
         elif i is not None and (i >= n or np.linalg.norm(pos[i] - targets[self._goal]) <= aim_distance):
+            if i < n and np.linalg.norm(rows[objects[i], _E["velocity"]]) > 0.02:
+                return np.zeros(4, dtype=np.float32)  # let it come to rest before judging it placed
             self._switch(None)
         if self._current is None:
             same = same_group(desired[None], by_colour=spec.goal == "sort")[0] | np.eye(n, dtype=bool)
@@ -237,7 +239,8 @@ class FetchExpert:
         along, lateral = rel @ u, rel @ perp
         low = grip[2] < push_z + 0.015
         if low and along < -0.7 * contact and abs(lateral) < 0.5 * size and np.linalg.norm(rel) < contact + 0.02:
-            aim_xy = obj - u * contact + u * min(remaining, 0.025)
+            # Slowly near the target: a pushed object (a sphere above all) runs on after contact ends.
+            aim_xy = obj - u * contact + u * min(remaining, 0.02 if remaining > 0.06 else 0.008)
             return self._action(grip, np.array([*aim_xy, push_z]), 0.0)
         spot = obj - u * (contact + 0.012)
         travel = self._top(pos, sizes, -1) + _CLEAR + GRIP_TO_TIP
