@@ -175,7 +175,7 @@ class FetchEnv(gym.Env):
         self._grip_site = m.site("robot0:grip").id
         self._gripper_body = m.body("robot0:gripper_link").id
         fingers = [m.joint(f"robot0:{s}_gripper_finger_joint").id for s in ("l", "r")]
-        self._finger_qpos = m.jnt_qposadr[fingers]
+        self._finger_l, self._finger_r = (int(a) for a in m.jnt_qposadr[fingers])
         if [int(m.actuator_trnid[a, 0]) for a in range(m.nu)] != fingers:
             raise ValueError("the Fetch gripper actuators are not the expected finger joints")
         free = [m.joint(f"obj{i}").id for i in range(n)]
@@ -307,6 +307,7 @@ class FetchEnv(gym.Env):
             return
         self._obs_pos = self._obs_buf[: 1 + n, _POS]
         self._obs_vel = self._obs_buf[: 1 + n, _VEL]
+        self._obs_sin, self._obs_cos = self._obs_buf[1 : 1 + n, _SIN], self._obs_buf[1 : 1 + n, _COS]
         self._achieved_pos = self._achieved_buf[:n, _G["position"]]
 
     # ------------------------------------------------------------------ step
@@ -325,9 +326,8 @@ class FetchEnv(gym.Env):
         if self._block_gripper:
             self._ctrl[:] = 0.0
         else:
-            ql, qr = self._qpos[self._finger_qpos].tolist()
-            self._ctrl[0] = ql + g
-            self._ctrl[1] = qr + g
+            self._ctrl[0] = self._qpos[self._finger_l] + g
+            self._ctrl[1] = self._qpos[self._finger_r] + g
         mujoco.mj_step(self.model, self.data, nstep=SUBSTEPS)
         self._steps += 1
         obs = self._get_obs()
@@ -340,21 +340,21 @@ class FetchEnv(gym.Env):
         return obs, float(reward), False, self._steps >= self._max_steps, info
 
     def _get_obs(self) -> dict[str, np.ndarray]:
-        n, obj = self.n_objects, self._obj_qpos
+        obj = self._obj_qpos
         np.subtract(self._grip_pos, TABLE_ORIGIN, out=self._obs_pos[0])
         np.subtract(obj[:, :3], TABLE_ORIGIN, out=self._obs_pos[1:])
         mujoco.mj_objectVelocity(self.model, self.data, mujoco.mjtObj.mjOBJ_SITE, self._grip_site, self._vel6, 0)
         self._obs_vel[0] = self._vel6[3:]
         self._obs_vel[1:] = self._obj_qvel[:, :3]
         # Yaw of each free joint's quaternion (w, x, y, z), as sin and cos without an arctan.
-        w, qx, qy, qz = obj[:, 3], obj[:, 4], obj[:, 5], obj[:, 6]
-        s, c = 2 * (w * qz + qx * qy), 1 - 2 * (qy * qy + qz * qz)
-        r = np.sqrt(s * s + c * c) + 1e-12
+        q = obj[:, 3:].T
+        s, c = 2 * (q[0] * q[3] + q[1] * q[2]), 1 - 2 * (q[2] * q[2] + q[3] * q[3])
+        r = np.hypot(s, c) + 1e-12
         buf = self._obs_buf
-        buf[1 : 1 + n, _SIN] = s / r
-        buf[1 : 1 + n, _COS] = c / r
-        ql, qr = self._qpos[self._finger_qpos].tolist()
-        buf[0, _OPEN] = min(max((ql + qr) / (2 * FINGER_RANGE), 0.0), 1.0)
+        np.divide(s, r, out=self._obs_sin)
+        np.divide(c, r, out=self._obs_cos)
+        opening = (self._qpos[self._finger_l] + self._qpos[self._finger_r]) / (2 * FINGER_RANGE)
+        buf[0, _OPEN] = min(max(opening, 0.0), 1.0)
         buf[0, _CONTACT] = min(float(self._touch[0] + self._touch[1]) / CONTACT_FORCE, 1.0)
         self._achieved_pos[...] = self._obs_pos[1:]
         obs = {

@@ -106,6 +106,8 @@ class PushEnv(gym.Env):
             if split not in SPLITS:
                 raise ValueError(f"unknown split {split!r}: expected one of {list(SPLITS)}")
             split = SPLITS[split]
+        if split is not None and split.embodiment != "pusher":
+            raise ValueError(f"PushEnv needs a split of the 'pusher' embodiment, got one of {split.embodiment!r}")
         if task is None:
             task = split.tasks(part, n_objects, goal) if split is not None else RandomTasks(n_objects, goal)
         elif isinstance(task, dict):

@@ -109,6 +109,8 @@ def test_env_on_a_skill_split_resets_into_that_part(make):
         assert spec.skill == "stack" and any(o.shape == "cylinder" for o in spec.objects)
     with pytest.raises(ValueError, match="split of the 'fetch' embodiment"):
         make("ecrl/FetchStack-v0", split="colour_shape")
+    with pytest.raises(ValueError, match="split of the 'pusher' embodiment"):
+        make("ecrl/Push-v0", split="skill_shape")
 
 
 CASES = [
