@@ -10,7 +10,17 @@ import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-from ecrl.envs import AGENT_GRIPPER, ENTITY_FIELDS, FETCH_IDS, GOAL_FIELDS, FetchEnv, ObjectSpec, TaskSpec, fetch_scene
+from ecrl.envs import (
+    AGENT_GRIPPER,
+    ENTITY_FIELDS,
+    FETCH_IDS,
+    GOAL_FIELDS,
+    FetchEnv,
+    FetchExpert,
+    ObjectSpec,
+    TaskSpec,
+    fetch_scene,
+)
 from ecrl.envs.fetch_scene import TABLE_ORIGIN
 from ecrl.envs.scene import project
 
@@ -207,3 +217,20 @@ def test_fetch_tasks_go_to_fetch_envs_and_push_envs_refuse_them(make):
         gym.make("ecrl/FetchPush-v0", task=spec)
     with pytest.raises(ValueError, match="at most 8"):
         gym.make("ecrl/FetchPickPlace-v0", n_objects=9)
+
+
+@pytest.mark.parametrize("env_id", FETCH_IDS)
+@pytest.mark.parametrize("reward_type", ["sparse", "dense"])
+def test_step_reward_is_compute_reward_of_its_goals(make, env_id, reward_type):
+    env = make(env_id, n_objects=3, n_max=5, reward_type=reward_type)
+    u = env.unwrapped
+    obs, _ = env.reset(seed=4)
+    expert, steps = FetchExpert(env), []
+    for _ in range(60):  # the expert moves objects onto targets, so rewards change along the way
+        obs, reward, _, _, info = env.step(expert.act(obs))
+        steps.append((obs["achieved_goal"], obs["desired_goal"], reward, info))
+    for achieved, desired, reward, info in steps:
+        assert u.compute_reward(achieved, desired, info) == pytest.approx(reward, abs=1e-6)
+    batch = u.compute_reward(np.stack([s[0] for s in steps]), np.stack([s[1] for s in steps]), [s[3] for s in steps])
+    np.testing.assert_allclose(batch, [s[2] for s in steps], atol=1e-6)
+    assert len({round(s[2], 6) for s in steps}) > 1
