@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import weakref
 from typing import Any
 
 import gymnasium as gym
@@ -35,6 +34,7 @@ from ecrl.envs.layout import (
     shape_one_hot,
 )
 from ecrl.envs.push import _footprint
+from ecrl.envs.rendering import CameraViews
 from ecrl.envs.scene import CAMERAS, MAIN_CAMERAS
 from ecrl.envs.splits import SPLITS, CompositionalSplit
 from ecrl.envs.task import EMBODIMENT_MAX_OBJECTS, RandomTasks, TaskDistribution, TaskSpec, _check_choice, _check_n
@@ -52,7 +52,7 @@ _INERTIA = {"cube": (2 / 3, 2 / 3, 2 / 3), "cylinder": (7 / 12, 7 / 12, 1 / 2), 
 """Principal moments of inertia per unit mass and squared size (half side / radius; cylinder height = 2 r)."""
 
 
-class FetchEnv(gym.Env):
+class FetchEnv(CameraViews, gym.Env):
     """Gymnasium-robotics' Fetch arm and ``N`` objects on its table, for the push, pick_place and stack skills.
 
     The contract is :class:`~ecrl.envs.push.PushEnv`'s: a flat ``Dict`` of entity rows padded to
@@ -412,29 +412,7 @@ class FetchEnv(gym.Env):
             by_colour=self._by_colour if self.spec_ is not None else False,
         )
 
-    # ------------------------------------------------------------------ rendering
-    def _render_with(self, camera: str, depth: bool = False, segmentation: bool = False) -> np.ndarray:
-        _check_choice("camera", camera, CAMERAS)
-        if self._renderer is None:
-            self._renderer = mujoco.Renderer(self.model, self.height, self.width)
-            self._renderer_finalizer = weakref.finalize(self, self._renderer.close)
-        r = self._renderer
-        r.enable_depth_rendering() if depth else r.disable_depth_rendering()
-        r.enable_segmentation_rendering() if segmentation else r.disable_segmentation_rendering()
-        r.update_scene(self.data, camera=camera)
-        return r.render()
-
-    def render(self) -> np.ndarray | None:
-        """``(H, W, 3) uint8`` for ``rgb_array``, ``(H, W) float32`` metres for ``depth_array``."""
-        if self.render_mode is None:
-            gym.logger.warn("render() called without a render_mode; pass render_mode='rgb_array' to make()")
-            return None
-        return self._render_with(self.camera, depth=self.render_mode == "depth_array").copy()
-
-    def render_views(self, cameras: tuple[str, ...] = MAIN_CAMERAS) -> dict[str, np.ndarray]:
-        """RGB images ``{camera: (H, W, 3) uint8}`` from several named cameras (default: front and top)."""
-        return {c: self._render_with(c).copy() for c in cameras}
-
+    # ------------------------------------------------------------------ rendering (the rest: CameraViews)
     def render_segmentation(self, camera: str = "front") -> np.ndarray:
         """``(H, W) int16`` labels: 0 background (table, arm), 1 the gripper (row 0), ``i + 2`` object ``i``."""
         seg = self._render_with(camera, segmentation=True)
@@ -444,17 +422,6 @@ class FetchEnv(gym.Env):
         lut[self._geom] = np.arange(2, self.n_objects + 2)[:, None]
         return lut[np.where(kinds == int(mujoco.mjtObj.mjOBJ_GEOM), ids, self.model.ngeom)]
 
-    def close(self) -> None:
-        if self._renderer is not None:
-            self._renderer_finalizer()
-            self._renderer = None
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_renderer"] = None
-        state.pop("_renderer_finalizer", None)
-        return state
-
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        super().__setstate__(state)
         self._bind_views()
