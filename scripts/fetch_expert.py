@@ -65,7 +65,7 @@ class Args:
 def run_point(skill: str, goal: str, n: int, episodes: int, seed: int) -> dict[str, Any]:
     """Success, fraction placed and length of ``episodes`` expert episodes of one (skill, goal, N)."""
     env = gym.make(FETCH_IDS[SKILLS.index(skill)], n_objects=n, goal=goal)
-    success, placed, lengths, failed, kept = [], [], [], [], []
+    success, placed, lengths, failed, lost = [], [], [], [], []
     for e in range(episodes):
         obs, info = env.reset(seed=seed + e)
         expert = FetchExpert(env, seed=seed + e)
@@ -76,12 +76,13 @@ def run_point(skill: str, goal: str, n: int, episodes: int, seed: int) -> dict[s
         success.append(info["is_success"])
         placed.append(info["fraction_placed"])
         lengths.append(t + 1)
-        if info["is_success"]:  # the expert lets go and backs off: does the scene stay solved?
-            for _ in range(SETTLE_STEPS):
-                obs, _, _, _, info = env.step(expert.act(obs))
-            kept.append(info["is_success"])
         if not info["is_success"]:
             failed.append(seed + e)
+            continue
+        for _ in range(SETTLE_STEPS):  # the expert lets go and backs off: does the scene stay solved?
+            obs, _, _, _, info = env.step(expert.act(obs))
+        if not info["is_success"]:
+            lost.append(seed + e)
     env.close()
     k = int(sum(success))
     lo, hi = wilson_interval(k, episodes)
@@ -96,7 +97,7 @@ def run_point(skill: str, goal: str, n: int, episodes: int, seed: int) -> dict[s
         "fraction_placed": float(np.mean(placed)),
         "mean_length": float(np.mean(lengths)),
         "failed_seeds": failed,
-        "still_solved_after": {"steps": SETTLE_STEPS, "episodes": int(sum(kept))},
+        "still_solved_after": {"steps": SETTLE_STEPS, "episodes": k - len(lost), "lost_seeds": lost},
         "target": TARGETS.get((skill, n)) if goal == "positions" else None,
     }
 
