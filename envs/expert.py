@@ -52,6 +52,11 @@ class ScriptedExpert:
         self._aside_until: dict[int, int] = {}
         self.last_random = False  # whether the last action was a random step out of a stall
 
+    @property
+    def current(self) -> int | None:
+        """Index (among the object rows) of the object the expert works on, ``None`` before it chose one."""
+        return self._current
+
     def _stalled(self, i: int, remaining: float) -> bool:
         """Track progress on object ``i``; True when it has stalled (and a few random steps follow)."""
         if remaining < self._best - 0.005:

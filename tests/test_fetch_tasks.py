@@ -1,5 +1,6 @@
 """Fetch skills as data: their goals, their combinations with goal kinds and shapes, splits over them, experts."""
 
+import mujoco
 import numpy as np
 import pytest
 
@@ -15,6 +16,7 @@ from ecrl.envs import (
     TaskSpec,
 )
 from ecrl.envs.fetch_goals import AIR_HEIGHT
+from ecrl.envs.fetch_scene import TABLE_ORIGIN
 
 _POS, _RANK = GOAL_FIELDS["position"], GOAL_FIELDS["rank"].start
 
@@ -140,3 +142,29 @@ def test_expert_succeeds_and_reports_its_object(make, env_id, n, goal, seeds):
         ScriptedExpert(env)
     with pytest.raises(ValueError, match="drives ecrl Fetch envs"):
         FetchExpert(make("ecrl/Push-v0"))
+
+
+def _teleport(env, index, position):
+    u = env.unwrapped
+    u._obj_qpos[index, :3] = position + TABLE_ORIGIN
+    u._obj_qpos[index, 3:] = [1, 0, 0, 0]
+    u._obj_qvel[:] = 0
+    mujoco.mj_forward(u.model, u.data)
+    return env.step(np.zeros(4, dtype=np.float32))[-1]
+
+
+def test_ordered_targets_count_only_when_filled_in_rank_order(make):
+    objects = (ObjectSpec("cube", "red"), ObjectSpec("cylinder", "green"), ObjectSpec("cube", "blue"))
+    env = make(TaskSpec(objects=objects, skill="pick_place", goal="ordered", embodiment="fetch"))
+    obs, _ = env.reset(seed=0)
+    targets, starts = obs["desired_goal"][:3, _POS], obs["achieved_goal"][:3, _POS]
+    first, second, third = env.unwrapped.target_order
+    assert _teleport(env, second, targets[second])["fraction_placed"] == 0.0  # out of turn: nothing
+    assert _teleport(env, first, targets[first])["fraction_placed"] == pytest.approx(1 / 3)
+    info = _teleport(env, third, targets[third])
+    assert info["fraction_placed"] == pytest.approx(1 / 3) and not info["is_success"]
+    _teleport(env, second, starts[second])
+    _teleport(env, second, targets[second])
+    _teleport(env, third, starts[third])
+    info = _teleport(env, third, targets[third])
+    assert info["is_success"] and info["fraction_placed"] == 1.0
