@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
-from ecrl.envs.expert import plan_step
+from ecrl.envs.expert import ObjectByObjectExpert, objects_on, plan_step
 from ecrl.envs.fetch import FetchEnv
 from ecrl.envs.fetch_scene import FINGER_INNER, FINGER_RANGE, GRIP_TO_TIP, MAX_DISPLACEMENT
-from ecrl.envs.goals import same_group
 from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_FIELDS, ENTITY_PRESENT, GOAL_FIELDS
 
 _E, _G = ENTITY_FIELDS, GOAL_FIELDS
@@ -21,7 +18,7 @@ _CLEAR = 0.025
 """Vertical clearance (m) over everything on the table when the gripper travels."""
 
 
-class FetchExpert:
+class FetchExpert(ObjectByObjectExpert):
     """Scripted expert for every Fetch skill, one object at a time; :attr:`current` is the object it works on.
 
     - ``pick_place`` and ``stack``: rise above everything, move over the object, open the fingers
@@ -35,37 +32,14 @@ class FetchExpert:
     object is the nearest unplaced one (for ``ordered`` goals the next by rank). An object that
     makes no progress for a while is set aside for a while.
 
-    Args:
-        env: a :class:`~ecrl.envs.fetch.FetchEnv` (wrappers are fine) whose observations ``act`` receives.
-        tolerance: fraction of the env's distance threshold the expert aims for.
-        seed: seeds the random steps that get it out of a stall.
+    Arguments: as :class:`~ecrl.envs.expert.ObjectByObjectExpert`'s (``env``: a :class:`~ecrl.envs.fetch.FetchEnv`).
     """
 
+    env_type, _drives = FetchEnv, "ecrl Fetch envs"
+    env: FetchEnv
     STALL_STEPS = 40
     SET_ASIDE_STEPS = 60
     WANDER_STEPS = 4
-
-    def __init__(self, env: gym.Env, tolerance: float = 0.5, seed: int = 0) -> None:
-        self.env: FetchEnv = env.unwrapped
-        if not isinstance(self.env, FetchEnv):
-            raise ValueError(f"FetchExpert drives ecrl Fetch envs, got {type(self.env).__name__}")
-        self.tolerance = tolerance
-        self._rng = np.random.default_rng(seed)
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget the episode's progress (call at episode start)."""
-        self._current: int | None = None
-        self._phase = "reach"
-        self._t, self._phase_t = 0, 0
-        self._best, self._since, self._wander = np.inf, 0, 0
-        self._aside_until: dict[int, int] = {}
-        self.last_random = False  # whether the last action was a random step out of a stall
-
-    @property
-    def current(self) -> int | None:
-        """Index (among the object rows) of the object the expert works on, ``None`` between objects."""
-        return self._current
 
     # ------------------------------------------------------------------ choice of object
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
@@ -92,9 +66,7 @@ class FetchExpert:
                 return np.zeros(4, dtype=np.float32)  # let it come to rest before judging it placed
             self._switch(None)
         if self._current is None:
-            same = same_group(desired[None], by_colour=spec.goal == "sort")[0] | np.eye(n, dtype=bool)
-            cost = np.linalg.norm(pos[:, None] - targets[None], axis=-1)
-            _, goal_of = linear_sum_assignment(np.where(same, cost, 1e6))
+            goal_of, cost = self._match(pos, desired)
             todo = cost[np.arange(n), goal_of] > aim_distance
             if not todo.any():
                 return np.zeros(4, dtype=np.float32)
@@ -125,8 +97,7 @@ class FetchExpert:
         early = [t for t in order[done:] if np.isfinite(times[t])]
         if not early:
             return None
-        object_on = np.empty(len(goal_of), dtype=np.int64)
-        object_on[goal_of] = np.arange(len(goal_of))
+        object_on = objects_on(goal_of)
         i = int(min((object_on[t] for t in early), key=lambda k: np.linalg.norm(pos[k, :2] - grip[:2])))
         target = targets[goal_of[i], :2]
         away = 2.5 * self.env.distance_threshold
@@ -145,37 +116,21 @@ class FetchExpert:
         """The next object: by rank for ``ordered`` goals and towers, else the nearest (in-air targets last)."""
         n, spec = len(pos), self.env.spec_
         if spec.goal == "ordered" and self.env.filled_in_order < n:
-            object_on = np.empty(n, dtype=np.int64)
-            object_on[goal_of] = np.arange(n)
-            return int(object_on[self.env.target_order[self.env.filled_in_order]])
+            return int(objects_on(goal_of)[self.env.target_order[self.env.filled_in_order]])
         if spec.skill == "stack":
             return int(min(np.flatnonzero(todo), key=lambda k: ranks[goal_of[k]]))
-        aside = np.array([self._aside_until.get(k, 0) > self._t for k in range(n)])
         in_air = targets[goal_of, 2] > sizes + 0.01
-        key = np.linalg.norm(pos[:, :2] - grip[:2], axis=-1) + 1e3 * ~todo + 1e2 * aside + 10 * in_air
+        key = np.linalg.norm(pos[:, :2] - grip[:2], axis=-1) + 1e3 * ~todo + 1e2 * self._aside(n) + 10 * in_air
         return int(np.argmin(key))
 
     def _switch(self, i: int | None) -> None:
-        self._current, self._phase, self._phase_t = i, "reach", 0
-        self._best, self._since, self._air, self._goal, self._down_t = np.inf, 0, False, -1, 0
+        super()._switch(i)
+        self._phase, self._phase_t = "reach", 0
+        self._air, self._goal, self._down_t = False, -1, 0
         self._spot: np.ndarray | None = None
 
     def _go(self, phase: str) -> None:
         self._phase, self._phase_t = phase, 0
-
-    def _stalled(self, i: int, remaining: float) -> bool:
-        if remaining < self._best - 0.005:
-            self._best, self._since = remaining, 0
-        else:
-            self._since += 1
-        if self._since > self.STALL_STEPS:
-            self._aside_until[i] = self._t + self.SET_ASIDE_STEPS
-            self._wander = self.WANDER_STEPS
-            self._switch(None)
-        if self._wander > 0:
-            self._wander -= 1
-            return True
-        return False
 
     # ------------------------------------------------------------------ motion
     @staticmethod

@@ -14,9 +14,11 @@ done one object at a time, with no object to clear away first.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
-from ecrl.envs.scene import CLEARANCE, cluster, cluster_extent
+from ecrl.envs.scene import CLEARANCE, cluster, cluster_extent, scatter_regions
 from ecrl.envs.task import TaskSpec
 
 AIR_PROBABILITY = 0.5
@@ -75,28 +77,13 @@ def place_discs(
 ) -> np.ndarray:
     """``(K, 2)`` centres of non-overlapping discs of ``radii: (K,)`` inside the ``area`` rectangle.
 
-    Rejection sampling, largest disc first, with :data:`ROOM` extra metres between discs where they
-    fit (a gripper's fingers go down beside an object), less where they do not; a jammed attempt
-    starts over. Raises ``ValueError`` when the discs do not fit even without the extra room.
+    :func:`~ecrl.envs.scene.scatter_regions` with :data:`ROOM` extra metres between discs where they
+    fit (a gripper's fingers go down beside an object), less where they do not. Raises
+    ``ValueError`` when the discs do not fit even without the extra room.
     """
-    half = np.asarray(area, dtype=float) / 2
     for room in ROOM:
-        r = radii + room / 2
-        if (r.max() > half).any():
-            continue
-        for _ in range(restarts):
-            centres = np.zeros((len(r), 2))
-            placed: list[int] = []
-            for k in np.argsort(-r, kind="stable"):
-                candidates = rng.uniform(-(half - r[k]), half - r[k], size=(tries, 2))
-                gaps = np.sqrt(((candidates[:, None] - centres[placed][None]) ** 2).sum(-1)) - r[placed] - r[k]
-                free = np.flatnonzero((gaps >= CLEARANCE).all(axis=1))
-                if len(free) == 0:
-                    break
-                centres[k] = candidates[free[0]]
-                placed.append(int(k))
-            else:
-                return centres
+        with contextlib.suppress(ValueError):
+            return scatter_regions(rng, radii + room / 2, area, tries, restarts, stable=True)
     raise ValueError(
         f"{len(radii)} discs of radius up to {radii.max():.3f} m do not fit a {area[0]} x {area[1]} m area: "
         "use fewer or smaller objects, or a larger area"

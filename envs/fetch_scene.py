@@ -23,7 +23,7 @@ import mujoco
 import numpy as np
 
 from ecrl.envs.layout import SHAPES
-from ecrl.envs.scene import _CAMERAS
+from ecrl.envs.scene import _CAMERAS, visual_xml
 from ecrl.envs.task import SIZE_RANGE
 
 TIMESTEP = 0.002
@@ -94,11 +94,7 @@ def scene_xml(n_objects: int) -> str:
   <option timestep="{TIMESTEP}">
     <flag warmstart="enable" multiccd="enable"/>
   </option>
-  <visual>
-    <quality shadowsize="0" offsamples="0"/>
-    <headlight ambient="0.3 0.3 0.3" diffuse="0.4 0.4 0.4" specular="0 0 0"/>
-    <global offwidth="256" offheight="256"/>
-  </visual>
+{visual_xml(0.3, 0.4)}
   <include file="{fetch / "shared.xml"}"/>
   <worldbody>
     <geom name="floor0" pos="0.8 0.75 0" size="0.85 0.7 1" type="plane" condim="3" material="floor_mat"/>

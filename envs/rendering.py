@@ -13,8 +13,10 @@ from ecrl.envs.task import _check_choice
 
 
 class CameraViews:
-    """``render``, ``render_views`` and picklability for an env with ``model``, ``data``, ``width``, ``height``,
-    ``camera`` and ``render_mode``; the GL context is made at the first image and freed on ``close``."""
+    """``render``, ``render_views``, ``render_segmentation`` and picklability for an env with ``model``, ``data``,
+    ``width``, ``height``, ``camera`` and ``render_mode``; the GL context is made at the first image and freed on
+    ``close``. Segmentation reads ``n_objects``, ``_agent_geoms`` (the agent's geoms) and ``_geom`` ``(N, S)``
+    (each object's geoms)."""
 
     _renderer: mujoco.Renderer | None = None
 
@@ -40,6 +42,18 @@ class CameraViews:
     def render_views(self, cameras: tuple[str, ...] = MAIN_CAMERAS) -> dict[str, np.ndarray]:
         """RGB images ``{camera: (H, W, 3) uint8}`` from several named cameras (default: front and top)."""
         return {c: self._render_with(c).copy() for c in cameras}
+
+    def render_segmentation(self, camera: str = "front") -> np.ndarray:
+        """``(H, W) int16`` labels: 0 background, ``k + 1`` for the entity in observation row ``k``.
+
+        The agent (row 0) is 1 and object ``i`` is ``i + 2``, so ``labels - 1`` indexes ``obs["observation"]``.
+        """
+        seg = self._render_with(camera, segmentation=True)
+        ids, kinds = seg[..., 0], seg[..., 1]
+        lut = np.zeros(self.model.ngeom + 1, dtype=np.int16)
+        lut[self._agent_geoms] = 1
+        lut[self._geom] = np.arange(2, self.n_objects + 2)[:, None]
+        return lut[np.where(kinds == int(mujoco.mjtObj.mjOBJ_GEOM), ids, self.model.ngeom)]
 
     def close(self) -> None:
         if self._renderer is not None:

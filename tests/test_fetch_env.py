@@ -1,14 +1,9 @@
-"""The Fetch arm env honours the env contract and simulates what its rows say."""
-
-import pickle
-import warnings
+"""The Fetch arm env simulates what its rows say (checkers, seeding and pickling: tests/test_env_contract.py)."""
 
 import gymnasium as gym
 import mujoco
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env as gym_check_env
-from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 from ecrl.envs import (
     AGENT_GRIPPER,
@@ -26,46 +21,6 @@ from ecrl.envs.scene import project
 
 _E, _G = ENTITY_FIELDS, GOAL_FIELDS
 _POS = _E["position"]
-
-
-def _rollout(env, seed, steps=30):
-    env.action_space.seed(seed)
-    out = [env.reset(seed=seed)]
-    out += [env.step(env.action_space.sample()) for _ in range(steps)]
-    return out
-
-
-def _assert_same(a, b):
-    (obs_a, *rest_a), (obs_b, *rest_b) = a, b
-    for key in obs_a:
-        np.testing.assert_array_equal(obs_a[key], obs_b[key], err_msg=key)
-    assert rest_a == rest_b
-
-
-@pytest.mark.parametrize("env_id", FETCH_IDS)
-def test_passes_gymnasium_and_sb3_env_checkers(make, env_id):
-    env = make(env_id, n_objects=2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        warnings.filterwarnings("ignore", message=".*unconventional shape")
-        warnings.filterwarnings("ignore", message=".*Box observation space m[a-z]+imum value is -?infinity")
-        gym_check_env(env.unwrapped)
-        sb3_check_env(env.unwrapped)
-
-
-@pytest.mark.parametrize("env_id", FETCH_IDS)
-def test_same_seed_gives_same_rollout_and_pickles(make, env_id):
-    first, second = _rollout(make(env_id), 7), _rollout(make(env_id), 7)
-    for a, b in zip(first, second, strict=True):
-        _assert_same(a, b)
-    assert not np.array_equal(make(env_id).reset(seed=8)[0]["observation"], first[0][0]["observation"])
-    env = make(env_id)
-    _rollout(env, 3, steps=5)
-    clone = pickle.loads(pickle.dumps(env))
-    rng = np.random.default_rng(0)
-    for _ in range(10):
-        action = rng.uniform(-1, 1, 4).astype(np.float32)
-        _assert_same(env.step(action), clone.step(action))
 
 
 @pytest.mark.parametrize("env_id", FETCH_IDS)
