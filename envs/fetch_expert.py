@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 
 from ecrl.envs.expert import ObjectByObjectExpert, objects_on, plan_step
@@ -234,3 +235,49 @@ class FetchExpert(ObjectByObjectExpert):
         near = low and np.linalg.norm(spot - grip[:2]) < 0.02 and along < 0  # already behind it: no need to rise
         aim = self._move(grip, np.array([*spot, push_z]), travel, reach=0.02 if near else 0.008)
         return self._action(grip, aim, 0.0)
+
+
+def measure_fetch_expert(skill: str, goal: str, n_objects: int, episodes: int, seed: int, settle_steps: int) -> dict:
+    """Success (with a 95% Wilson interval), fraction placed and length of :class:`FetchExpert` episodes of one
+    (skill, goal, N), seeds ``seed + e``.
+
+    An episode ends at its first success or at truncation; a solved one then runs ``settle_steps``
+    more expert steps (it lets go and rises) and is *lost* if it is no longer solved then.
+    """
+    from ecrl.envs import FETCH_IDS, SKILLS  # the registry imports this module
+    from ecrl.reporting import wilson_interval
+
+    env = gym.make(FETCH_IDS[SKILLS.index(skill)], n_objects=n_objects, goal=goal)
+    success, placed, lengths, failed, lost = [], [], [], [], []
+    for e in range(episodes):
+        obs, info = env.reset(seed=seed + e)
+        expert = FetchExpert(env, seed=seed + e)
+        for t in range(env.unwrapped.spec_.max_steps):  # noqa: B007 (t is the length below)
+            obs, _, terminated, truncated, info = env.step(expert.act(obs))
+            if info["is_success"] or terminated or truncated:
+                break
+        success.append(info["is_success"])
+        placed.append(info["fraction_placed"])
+        lengths.append(t + 1)
+        if not info["is_success"]:
+            failed.append(seed + e)
+            continue
+        for _ in range(settle_steps):  # the expert lets go and backs off: does the scene stay solved?
+            obs, _, _, _, info = env.step(expert.act(obs))
+        if not info["is_success"]:
+            lost.append(seed + e)
+    env.close()
+    k = int(sum(success))
+    return {
+        "skill": skill,
+        "goal": goal,
+        "n_objects": n_objects,
+        "episodes": episodes,
+        "successes": k,
+        "success_rate": k / episodes,
+        "ci95": list(wilson_interval(k, episodes)),
+        "fraction_placed": float(np.mean(placed)),
+        "mean_length": float(np.mean(lengths)),
+        "failed_seeds": failed,
+        "still_solved_after": {"steps": settle_steps, "episodes": k - len(lost), "lost_seeds": lost},
+    }

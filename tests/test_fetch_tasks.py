@@ -172,17 +172,17 @@ def test_ordered_targets_count_only_when_filled_in_rank_order(make):
     assert info["is_success"] and info["fraction_placed"] == 1.0
 
 
-def test_fetch_expert_cli_writes_its_table_and_json(tmp_path):
-    from ecrl.scripts.fetch_expert import main
+def test_ecrl_expert_on_fetch_writes_its_table_and_json(tmp_path):
+    from ecrl.scripts.expert import main
 
     main(
-        ["--skills", "stack", "pick_place", "--n-objects", "1", "--tower-heights", "2", "--episodes", "2"]
-        + ["--out", str(tmp_path)]
+        ["--embodiment", "fetch", "--skills", "stack", "pick_place", "--n-objects", "1", "--tower-heights", "2"]
+        + ["--episodes", "2", "--out", str(tmp_path)]
     )
     record = json.loads((tmp_path / "expert.json").read_text())
     points = {(p["skill"], p["n_objects"]): p for p in record["points"]}
     assert set(points) == {("stack", 2), ("pick_place", 1)}
     assert all(p["successes"] == 2 and p["failed_seeds"] == [] for p in points.values())
-    assert record["command"].startswith("ecrl-fetch-expert --skills stack")
+    assert record["command"].startswith("ecrl-expert --embodiment fetch --skills stack")
     readme = (tmp_path / "README.md").read_text()
     assert "| stack | positions | 2 | 2/2 |" in readme and "| pick_place | positions | 1 | 2/2 |" in readme
