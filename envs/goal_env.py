@@ -2,7 +2,9 @@
 
 :class:`EntityGoalEnv` is the base of :class:`~ecrl.envs.push.PushEnv` and
 :class:`~ecrl.envs.fetch.FetchEnv`. A subclass's constructor calls :meth:`~EntityGoalEnv._set_task`,
-``_set_reward`` and ``_set_cameras``, builds its scene and calls ``_make_spaces``; it implements
+``_set_reward`` and ``_set_cameras``, builds its scene (``model``, ``data`` and the ids ``_geom``
+``(N, S)`` of each object's shape geoms, ``_obj_body``, ``_goal_site``, ``_agent_geoms``) and calls
+``_make_spaces``; it implements
 ``_apply_action(a)`` (``a``: the clipped action as floats), ``_get_obs()`` and ``_bind_views()``
 (and may override ``_distances()``), and at each reset sets ``_achieved_pos`` ``(N, 3)`` (a view of
 the achieved rows), ``_target_pos`` ``(N, 3)``, ``_allowed``, ``_rank_order`` and ``_max_steps``."""
@@ -185,7 +187,7 @@ class EntityGoalEnv(goals.GoalReward, CameraViews, gym.Env):
         return sizes, rgb
 
     def _row_templates(
-        self, spec: TaskSpec, sizes: np.ndarray, rgb: np.ndarray, agent_size: Any
+        self, spec: TaskSpec, sizes: np.ndarray, rgb: np.ndarray, agent_size: tuple[float, float, float]
     ) -> tuple[np.ndarray, np.ndarray]:
         """The constant fields of the entity rows ``(1 + n_max, ENTITY_DIM)`` and goal rows ``(n_max, GOAL_DIM)``."""
         n = self.n_objects
@@ -220,7 +222,7 @@ class EntityGoalEnv(goals.GoalReward, CameraViews, gym.Env):
     def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool, dict]:
         a = np.asarray(action, dtype=np.float64)
         values = a.tolist() if a.shape == self._action_shape else [math.nan]
-        if not all(math.isfinite(v) for v in values):
+        if not all(map(math.isfinite, values)):
             raise ValueError(f"action must be a finite array of shape {self._action_shape}, got {a.shape} {a!r}")
         # Python floats: on a few numbers numpy's call overhead is most of the step's (same IEEE results).
         self._apply_action([min(max(v, -1.0), 1.0) for v in values])
