@@ -1,7 +1,8 @@
 """Scenes, tasks, compositional splits, scripted experts and gymnasium registration.
 
 Importing this package registers ``ecrl/Push-v0`` (every option as a keyword of ``gym.make``),
-``ecrl/Push1-v0`` … ``ecrl/Push3-v0`` and a few named variants, and the OGBench cube adapters
+``ecrl/Push1-v0`` … ``ecrl/Push3-v0`` and a few named variants, the Fetch arm's skills
+``ecrl/FetchPush-v0``, ``ecrl/FetchPickPlace-v0`` and ``ecrl/FetchStack-v0`` (``n_objects=`` …), and the OGBench cube adapters
 ``ecrl/OGBenchCube-v0`` (``n_cubes``, ``task_id`` …) and ``ecrl/OGBenchCube{Single,…,Octuple}-v0``
 (these need the optional extra ``ecrl[ogbench]`` when made, not when registered).
 """
@@ -13,6 +14,8 @@ from typing import Any
 import gymnasium as gym
 
 from ecrl.envs.expert import ScriptedExpert
+from ecrl.envs.fetch import FetchEnv
+from ecrl.envs.fetch_expert import FetchExpert
 from ecrl.envs.layout import (
     AGENT_GRIPPER,
     ENTITY_DIM,
@@ -29,12 +32,21 @@ from ecrl.envs.layout import (
 )
 from ecrl.envs.ogbench import CUBE_ENV_TYPES
 from ecrl.envs.push import PushEnv
-from ecrl.envs.splits import COLOUR_SHAPE, SHAPE_GOAL, SPLITS, CompositionalSplit, HeldOut
-from ecrl.envs.task import GOAL_KINDS, MAX_OBJECTS, ObjectSpec, RandomTasks, TaskSpec
+from ecrl.envs.splits import (
+    COLOUR_SHAPE,
+    SHAPE_GOAL,
+    SKILL_COLOUR,
+    SKILL_SHAPE,
+    SPLITS,
+    CompositionalSplit,
+    HeldOut,
+)
+from ecrl.envs.task import EMBODIMENTS, GOAL_KINDS, MAX_OBJECTS, SKILLS, ObjectSpec, RandomTasks, TaskSpec
 
 __all__ = [
     "AGENT_GRIPPER",
     "COLOUR_SHAPE",
+    "EMBODIMENTS",
     "ENTITY_DIM",
     "ENTITY_FIELDS",
     "ENTITY_PRESENT",
@@ -44,6 +56,7 @@ __all__ = [
     "GOAL_PRESENT",
     "GOAL_XY",
     "GOAL_KINDS",
+    "FETCH_IDS",
     "MAX_OBJECTS",
     "OGBENCH_IDS",
     "PALETTE",
@@ -51,8 +64,13 @@ __all__ = [
     "SHAPES",
     "SUCCESS_DISTANCE",
     "SHAPE_GOAL",
+    "SKILLS",
+    "SKILL_COLOUR",
+    "SKILL_SHAPE",
     "SPLITS",
     "CompositionalSplit",
+    "FetchEnv",
+    "FetchExpert",
     "HeldOut",
     "ObjectSpec",
     "PushEnv",
@@ -68,12 +86,15 @@ def make_env(spec: TaskSpec | dict, **kwargs: Any) -> gym.Env:
 
     Args:
         spec: the task, or its dict form (``TaskSpec.to_dict``).
-        **kwargs: any :class:`PushEnv` option (``n_max``, ``reward_type``, ``render_mode`` …).
+        **kwargs: any option of its embodiment's env, :class:`PushEnv` or :class:`FetchEnv`
+            (``n_max``, ``reward_type``, ``render_mode`` …).
     """
     if isinstance(spec, dict):
         spec = TaskSpec.from_dict(spec)
     if not isinstance(spec, TaskSpec):
         raise ValueError(f"make_env expects a TaskSpec, got {type(spec).__name__}")
+    if spec.embodiment == "fetch":
+        return gym.make(_FETCH_SKILL_IDS[spec.skill], task=spec, **kwargs)
     return gym.make("ecrl/Push-v0", task=spec, **kwargs)
 
 
@@ -90,6 +111,14 @@ REGISTERED_IDS: tuple[str, ...] = tuple(f"ecrl/{name}" for name in _VARIANTS)
 for _name, _kwargs in _VARIANTS.items():
     if f"ecrl/{_name}" not in gym.registry:
         gym.register(f"ecrl/{_name}", entry_point="ecrl.envs.push:PushEnv", kwargs=_kwargs)
+
+_FETCH_SKILL_IDS = {"push": "ecrl/FetchPush-v0", "pick_place": "ecrl/FetchPickPlace-v0", "stack": "ecrl/FetchStack-v0"}
+FETCH_IDS: tuple[str, ...] = tuple(_FETCH_SKILL_IDS.values())
+"""The Fetch arm's skills (:class:`FetchEnv`), 3 objects unless ``n_objects=`` (1 … 8) says otherwise."""
+
+for _skill, _id in _FETCH_SKILL_IDS.items():
+    if _id not in gym.registry:
+        gym.register(_id, entry_point="ecrl.envs.fetch:FetchEnv", kwargs={"skill": _skill})
 
 _OGBENCH_VARIANTS: dict[str, dict[str, Any]] = {
     "OGBenchCube-v0": {},

@@ -16,15 +16,11 @@ _E, _G = ENTITY_FIELDS, GOAL_FIELDS
 _SIZE = _E["size"].start
 
 
-class ScriptedExpert:
-    """Push expert for every goal kind: one object at a time, from behind, along the line to its target.
+class ObjectByObjectExpert:
+    """What the scripted experts share: one object at a time, matched to targets as by the env, set aside on a stall.
 
-    Each step it matches objects to targets (optimally within interchangeable groups), keeps
-    working on its current object until it is placed, then picks the unplaced object whose
-    push position is nearest (for ``ordered`` goals: the next target by rank). To reach the
-    push position it walks a shortest collision-free path around all objects. When the object it
-    works on makes no progress for a while (wedged in clutter), it sets that object aside for a
-    while and takes a few random steps.
+    Subclasses set :attr:`env_type` and the step counts, and extend :meth:`_switch` (the state of the
+    work on one object) and :meth:`reset`.
 
     Args:
         env: the environment (wrappers are fine) whose observations ``act`` receives.
@@ -32,25 +28,51 @@ class ScriptedExpert:
         seed: seeds the random steps that get it out of a stall.
     """
 
+    env_type: type[gym.Env]
+    """The env class the expert drives."""
+    _drives: str
+    """How errors name those envs."""
     STALL_STEPS = 30
     WANDER_STEPS = 6
     SET_ASIDE_STEPS = 60
 
     def __init__(self, env: gym.Env, tolerance: float = 0.5, seed: int = 0) -> None:
-        self.env: PushEnv = env.unwrapped
-        if not isinstance(self.env, PushEnv):
-            raise ValueError(f"ScriptedExpert drives ecrl push envs, got {type(self.env).__name__}")
+        self.env = env.unwrapped
+        if not isinstance(self.env, self.env_type):
+            raise ValueError(f"{type(self).__name__} drives {self._drives}, got {type(self.env).__name__}")
         self.tolerance = tolerance
         self._rng = np.random.default_rng(seed)
         self.reset()
 
     def reset(self) -> None:
         """Forget the episode's progress (call at episode start)."""
-        self._current: int | None = None
-        self._t = 0
-        self._best, self._since, self._wander = np.inf, 0, 0
+        self._t, self._wander = 0, 0
         self._aside_until: dict[int, int] = {}
         self.last_random = False  # whether the last action was a random step out of a stall
+        self._switch(None)
+
+    @property
+    def current(self) -> int | None:
+        """Index (among the object rows) of the object the expert works on, ``None`` before it chose one."""
+        return self._current
+
+    def _switch(self, i: int | None) -> None:
+        """Work on object ``i`` (``None``: choose one next), with no progress recorded yet."""
+        self._current = i
+        self._best, self._since = np.inf, 0
+
+    def _match(self, pos: np.ndarray, desired: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The target of each object, ``(N,)`` indices, and ``(N, N)`` object-target distances.
+
+        ``pos: (N, D)`` objects' positions, ``desired: (N, GOAL_DIM)`` goal rows (their first ``D``
+        position columns are compared); optimal within interchangeable groups, as by the env.
+        """
+        n = len(pos)
+        targets = desired[:, _G["position"].start : _G["position"].start + pos.shape[1]]
+        same = same_group(desired[None], by_colour=self.env.spec_.goal == "sort")[0] | np.eye(n, dtype=bool)
+        cost = np.linalg.norm(pos[:, None] - targets[None], axis=-1)
+        _, goal_of = linear_sum_assignment(np.where(same, cost, 1e6))
+        return goal_of, cost
 
     def _stalled(self, i: int, remaining: float) -> bool:
         """Track progress on object ``i``; True when it has stalled (and a few random steps follow)."""
@@ -60,12 +82,38 @@ class ScriptedExpert:
             self._since += 1
         if self._since > self.STALL_STEPS:
             self._aside_until[i] = self._t + self.SET_ASIDE_STEPS
-            self._best, self._since, self._wander = np.inf, 0, self.WANDER_STEPS
-            self._current = None
+            self._wander = self.WANDER_STEPS
+            self._switch(None)
         if self._wander > 0:
             self._wander -= 1
             return True
         return False
+
+    def _aside(self, n: int) -> np.ndarray:
+        """``(N,)`` bool: the objects set aside at this step."""
+        return np.array([self._aside_until.get(k, 0) > self._t for k in range(n)])
+
+
+def objects_on(goal_of: np.ndarray) -> np.ndarray:
+    """``(N,)`` the object assigned to each target, from ``goal_of: (N,)`` the target of each object."""
+    object_on = np.empty(len(goal_of), dtype=np.int64)
+    object_on[goal_of] = np.arange(len(goal_of))
+    return object_on
+
+
+class ScriptedExpert(ObjectByObjectExpert):
+    """Push expert for every goal kind: one object at a time, from behind, along the line to its target.
+
+    Each step it matches objects to targets (optimally within interchangeable groups), keeps
+    working on its current object until it is placed, then picks the unplaced object whose
+    push position is nearest (for ``ordered`` goals: the next target by rank). To reach the
+    push position it walks a shortest collision-free path around all objects. When the object it
+    works on makes no progress for a while (wedged in clutter), it sets that object aside for a
+    while and takes a few random steps. Arguments: as :class:`ObjectByObjectExpert`'s.
+    """
+
+    env_type, _drives = PushEnv, "ecrl push envs"
+    env: PushEnv
 
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """Action ``(2,) float32`` in ``[-1, 1]`` for one observation."""
@@ -80,9 +128,7 @@ class ScriptedExpert:
         desired = obs["desired_goal"][:n]
         targets = desired[:, GOAL_XY]
 
-        same = same_group(desired[None], by_colour=self.env.spec_.goal == "sort")[0] | np.eye(n, dtype=bool)
-        cost = np.linalg.norm(pos[:, None] - targets[None], axis=-1)
-        _, goal_of = linear_sum_assignment(np.where(same, cost, 1e6))
+        goal_of, cost = self._match(pos, desired)
         dist = cost[np.arange(n), goal_of]
         todo = dist > self.tolerance * self.env.distance_threshold
         if not todo.any():
@@ -92,10 +138,8 @@ class ScriptedExpert:
             i, goal = self._ordered(agent, pos, sizes, targets, goal_of)
         else:
             if self._current is None or self._current >= n or not todo[self._current]:
-                aside = np.array([self._aside_until.get(k, 0) > self._t for k in range(n)])
-                reach = np.linalg.norm(pos - agent, axis=-1) + 1e3 * ~todo + 1e2 * aside
-                self._current = int(np.argmin(reach))
-                self._best, self._since = np.inf, 0
+                reach = np.linalg.norm(pos - agent, axis=-1) + 1e3 * ~todo + 1e2 * self._aside(n)
+                self._switch(int(np.argmin(reach)))
             i = self._current
             goal = targets[goal_of[i]]
         if self._stalled(i, float(np.linalg.norm(pos[i] - goal))):
@@ -108,8 +152,7 @@ class ScriptedExpert:
     ) -> tuple[int, np.ndarray]:
         """Object and spot: fill targets by rank; first clear any later target that is filled out of turn (privileged state)."""
         order, times, done = self.env.target_order, self.env.fill_times, self.env.filled_in_order
-        object_on = np.empty(len(goal_of), dtype=np.int64)
-        object_on[goal_of] = np.arange(len(goal_of))
+        object_on = objects_on(goal_of)
         early = [t for t in order[done:] if np.isfinite(times[t])]
         if early:
             # Push the nearest out-of-turn object radially off its target (towards the table centre

@@ -130,6 +130,23 @@ def compute_reward(
     return float(reward) if np.ndim(reward) == 0 else reward.astype(np.float32)
 
 
+class GoalReward:
+    """``compute_reward`` of an env with ``distance_threshold``, ``reward_type`` and ``_by_colour`` (``sort`` goals)."""
+
+    _by_colour = False
+
+    def compute_reward(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any) -> Any:
+        """Reward for goal rows with any leading batch shape; ``info``: a dict or a sequence of dicts."""
+        return compute_reward(
+            achieved_goal,
+            desired_goal,
+            info,
+            threshold=self.distance_threshold,
+            reward_type=self.reward_type,
+            by_colour=self._by_colour,
+        )
+
+
 def sample_targets(
     rng: np.random.Generator, spec: TaskSpec, sizes: np.ndarray, table_size: float
 ) -> tuple[np.ndarray, np.ndarray]:

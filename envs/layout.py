@@ -30,12 +30,31 @@ position   3      the object's position (achieved) or its target (desired)
 size       3      the attributes of the object the row refers to, so that a model
 shape      S      matches objects to goals by attributes, never by slot
 colour     3
-rank       1      ``ordered`` goals: (k + 1) / N for the k-th target to fill; else 0
+rank       1      ``ordered`` goals: (k + 1) / N for the k-th target to fill; ``stack``: the
+                  target's tower level, (k + 1) / N from the bottom; else 0
 =========  =====  ===============================================================
 
 The agent row has no shape, so its ``shape`` columns carry the state of a gripper instead
 (:data:`AGENT_GRIPPER`): column 0 its opening in [0, 1] (0 closed), column 1 its contact in [0, 1];
 both are 0 for the planar pusher, which has no gripper. Object rows never use these columns so.
+
+Fetch arm (:mod:`ecrl.envs.fetch`): positions are world positions minus the table top's centre
+(:data:`~ecrl.envs.fetch_scene.TABLE_ORIGIN`), as for the pusher.
+
+==================  ==============================================================================
+row field           Fetch source
+==================  ==============================================================================
+gripper position    the ``robot0:grip`` site (between the fingers, 1.85 cm above their tips)
+gripper yaw         constant (0, 1): FetchPickAndPlace's control keeps the gripper's orientation
+gripper velocity    the grip site's linear velocity (``mj_objectVelocity``, world frame)
+gripper size        a nominal constant box (0.0135, 0.065, 0.0385) m, the open fingers
+gripper shape cols  opening: the two fingers' mean travel / 5 cm in [0, 1]; contact: the touch force
+                    on the fingers' inner faces / 100 N, clipped to [0, 1]
+object position     the free joint's position (the object's centre)
+object yaw          sin, cos of the free joint quaternion's rotation about z
+object velocity     the free joint's linear velocity (``qvel``)
+goal position       3-D: on the table, in the air (``pick_place``) or on a tower level (``stack``)
+==================  ==============================================================================
 
 OGBench cubes (:mod:`ecrl.envs.ogbench`): positions are OGBench's world positions minus its
 workspace centre (0.425, 0, 0), so the table top is z = 0 and a cube resting on it has z = 0.02.

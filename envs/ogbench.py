@@ -140,7 +140,7 @@ def _yaw_of_quat(q: np.ndarray) -> np.ndarray:
     return np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
 
 
-class OGBenchCubeEnv(gym.Env):
+class OGBenchCubeEnv(goals.GoalReward, gym.Env):
     """OGBench's cube env (``cube-<single|double|…>-v0``) with entity-row observations.
 
     Args:
@@ -348,17 +348,6 @@ class OGBenchCubeEnv(gym.Env):
             "fraction_placed": float(placed.sum() / self.n_objects),
             "task_id": self.spec_.task_id if self.spec_ else None,
         }
-
-    def compute_reward(self, achieved_goal: np.ndarray, desired_goal: np.ndarray, info: Any) -> Any:
-        """Reward for goal rows with any leading batch shape; ``info``: a dict or a sequence of dicts."""
-        return goals.compute_reward(
-            achieved_goal,
-            desired_goal,
-            info,
-            threshold=self.distance_threshold,
-            reward_type=self.reward_type,
-            by_colour=False,
-        )
 
     def set_new_target(self, p_stack: float) -> dict[str, Any]:
         """Play mode: OGBench's ``set_new_target`` (a new target cube and goal); returns OGBench's info."""

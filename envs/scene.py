@@ -64,6 +64,15 @@ def _object_body(i: int, half: float) -> str:
     <site name="goal{i}" type="cylinder" size="{s} 0.0005" pos="0 0 0.0005" rgba="0 0 0 0"/>"""
 
 
+def visual_xml(ambient: float, diffuse: float) -> str:
+    """The scenes' ``<visual>``: no shadows or multisampling, a grey headlight, offscreen images up to 256 pixels."""
+    return f"""  <visual>
+    <quality shadowsize="0" offsamples="0"/>
+    <headlight ambient="{ambient} {ambient} {ambient}" diffuse="{diffuse} {diffuse} {diffuse}" specular="0 0 0"/>
+    <global offwidth="256" offheight="256"/>
+  </visual>"""
+
+
 def scene_xml(n_objects: int, table_size: float) -> str:
     """MJCF of a pusher and ``n_objects`` objects on a square table of side ``table_size`` metres."""
     half = table_size / 2
@@ -77,11 +86,7 @@ def scene_xml(n_objects: int, table_size: float) -> str:
   <option timestep="{TIMESTEP}" integrator="implicitfast" gravity="0 0 0">
     <flag energy="disable"/>
   </option>
-  <visual>
-    <quality shadowsize="0" offsamples="0"/>
-    <headlight ambient="0.25 0.25 0.25" diffuse="0.35 0.35 0.35" specular="0 0 0"/>
-    <global offwidth="256" offheight="256"/>
-  </visual>
+{visual_xml(0.25, 0.35)}
   <default><geom friction="0.4 0.005 0.0001" condim="3"/></default>
   <worldbody>
     <light name="sun" pos="0 0 2" dir="0 0 -1" directional="true" castshadow="false" diffuse="0.55 0.55 0.55" specular="0 0 0"/>
@@ -113,6 +118,11 @@ def build_model(n_objects: int, table_size: float) -> mujoco.MjModel:
     return copy.copy(_compiled(n_objects, float(table_size)))
 
 
+def footprint(shape: str, size: float) -> float:
+    """Radius of the disc an object covers on the table at any yaw (a cube's corners reach size * sqrt(2))."""
+    return float(size) * (np.sqrt(2) if shape == "cube" else 1.0)
+
+
 def grid_cells(table_size: float, cell: float) -> np.ndarray:
     """``(C, 2)`` centres of a square grid of ``cell``-sized cells covering the table."""
     per_side = int(table_size // cell)
@@ -140,21 +150,33 @@ def scatter(rng: np.random.Generator, radii: np.ndarray, table_size: float) -> n
 
 
 def scatter_regions(
-    rng: np.random.Generator, radii: np.ndarray, table_size: float, tries: int = 500, restarts: int = 20
+    rng: np.random.Generator,
+    radii: np.ndarray,
+    table_size: float | tuple[float, float],
+    tries: int = 500,
+    restarts: int = 20,
+    *,
+    stable: bool = False,
 ) -> np.ndarray:
     """``(K, 2)`` centres of non-overlapping discs of unequal ``radii: (K,)``, largest placed first.
 
     Rejection sampling: :func:`scatter`'s equal cells waste room when one disc is much larger.
     Greedy placement can jam a table that has room, so a jammed attempt starts over (``restarts``
     times). Raises ``ValueError`` when every attempt has a disc that finds no room in ``tries`` draws.
+
+    Args:
+        table_size: the side of a square table, or the (x, y) sides of a rectangle, centred on the origin.
+        stable: place discs of equal radius in index order (numpy's default sort, which the push
+            env's scenes were recorded with, orders them by platform).
     """
-    half = table_size / 2
-    if radii.max() > half:
-        raise ValueError(f"a region of radius {radii.max():.3f} m does not fit a {table_size} m table")
+    half = np.asarray(table_size, dtype=float) / 2
+    where = f"{table_size} m table" if half.ndim == 0 else f"{table_size[0]} x {table_size[1]} m area"
+    if (radii.max() > half).any():
+        raise ValueError(f"a region of radius {radii.max():.3f} m does not fit a {where}")
     for _ in range(restarts):
         centres = np.zeros((len(radii), 2))
         placed: list[int] = []
-        for k in np.argsort(-radii):
+        for k in np.argsort(-radii, kind="stable" if stable else None):
             candidates = rng.uniform(-(half - radii[k]), half - radii[k], size=(tries, 2))
             gaps = np.linalg.norm(candidates[:, None] - centres[placed][None], axis=-1) - radii[placed] - radii[k]
             free = np.flatnonzero((gaps >= CLEARANCE).all(axis=1))
@@ -164,7 +186,7 @@ def scatter_regions(
             placed.append(int(k))
         else:
             return centres
-    raise ValueError(f"{len(radii)} regions of radii up to {radii.max():.3f} m do not fit a {table_size} m table")
+    raise ValueError(f"{len(radii)} regions of radii up to {radii.max():.3f} m do not fit a {where}")
 
 
 def cluster(centre: np.ndarray, n: int, spacing: float) -> np.ndarray:

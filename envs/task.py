@@ -11,8 +11,13 @@ import numpy as np
 
 from ecrl.envs.layout import PALETTE, SHAPES
 
-SKILLS: tuple[str, ...] = ("push",)
-"""Implemented skills (``pick_place`` and ``stack`` arrive with the arm embodiments)."""
+SKILLS: tuple[str, ...] = ("push", "pick_place", "stack")
+"""Skills.
+
+- ``push``: move objects over the table to targets on it.
+- ``pick_place``: grasp objects and carry them to targets on the table or in the air.
+- ``stack``: build one tower; the goal row's ``rank`` is each object's level, (k + 1) / N from the bottom.
+"""
 
 GOAL_KINDS: tuple[str, ...] = ("positions", "adjacent", "sort", "ordered")
 """Goal kinds.
@@ -25,8 +30,22 @@ GOAL_KINDS: tuple[str, ...] = ("positions", "adjacent", "sort", "ordered")
   :class:`~ecrl.envs.push.PushEnv` for how the order is enforced.
 """
 
-EMBODIMENTS: tuple[str, ...] = ("pusher",)
-"""Implemented embodiments: a planar pusher whose action is a bounded 2-D displacement."""
+EMBODIMENTS: tuple[str, ...] = ("pusher", "fetch")
+"""Embodiments: a planar pusher (action: a bounded 2-D displacement) and gymnasium-robotics' Fetch arm
+(action: a bounded 3-D displacement of the gripper and a finger command, :mod:`ecrl.envs.fetch`)."""
+
+EMBODIMENT_SKILLS: dict[str, tuple[str, ...]] = {"pusher": ("push",), "fetch": SKILLS}
+"""The skills each embodiment can perform."""
+EMBODIMENT_MAX_OBJECTS: dict[str, int] = {"pusher": 16, "fetch": 8}
+"""How many objects each embodiment's scenes hold."""
+SKILL_GOALS: dict[str, tuple[str, ...]] = {
+    "push": GOAL_KINDS,
+    "pick_place": GOAL_KINDS,
+    "stack": ("positions", "ordered"),
+}
+"""The goal kinds that make sense for each skill (a tower has no cluster or colour regions)."""
+STACKABLE_SHAPES: tuple[str, ...] = ("cube", "cylinder")
+"""Shapes that can carry and stand on one another (a sphere cannot)."""
 
 SIZE_RANGE = (0.015, 0.035)
 """Allowed object sizes (radius or half side, metres)."""
@@ -91,6 +110,12 @@ class TaskSpec:
         _check_choice("skill", self.skill, SKILLS)
         _check_choice("goal kind", self.goal, GOAL_KINDS)
         _check_choice("embodiment", self.embodiment, EMBODIMENTS)
+        check_combination(self.skill, self.goal, self.embodiment, tuple(o.shape for o in objects))
+        if len(objects) > EMBODIMENT_MAX_OBJECTS[self.embodiment]:
+            raise ValueError(
+                f"the {self.embodiment!r} embodiment holds at most {EMBODIMENT_MAX_OBJECTS[self.embodiment]} "
+                f"objects, got {len(objects)}"
+            )
         if self.horizon is not None and int(self.horizon) < 1:
             raise ValueError(f"horizon must be a positive number of steps, got {self.horizon!r}")
 
@@ -131,9 +156,32 @@ class TaskSpec:
         seed: int | np.random.Generator | None = None,
         **kwargs: Any,
     ) -> TaskSpec:
-        """A task with ``n_objects`` objects of random shape, colour and size."""
+        """A task with ``n_objects`` objects of random shape, colour and size (stackable shapes for ``stack``)."""
         rng = np.random.default_rng(seed)
-        return cls(objects=tuple(random_object(rng) for _ in range(_check_n(n_objects))), goal=goal, **kwargs)
+        shapes = skill_shapes(kwargs.get("skill", "push"))
+        objects = tuple(random_object(rng, shapes=shapes) for _ in range(_check_n(n_objects)))
+        return cls(objects=objects, goal=goal, **kwargs)
+
+
+def skill_shapes(skill: str) -> tuple[str, ...]:
+    """The shapes a task of ``skill`` may hold."""
+    return STACKABLE_SHAPES if skill == "stack" else SHAPES
+
+
+def check_combination(skill: str, goal: str, embodiment: str, shapes: tuple[str, ...] = ()) -> None:
+    """Raise ``ValueError`` unless ``embodiment`` can do ``skill`` towards a ``goal`` with objects of ``shapes``."""
+    if skill not in EMBODIMENT_SKILLS[embodiment]:
+        raise ValueError(
+            f"the {embodiment!r} embodiment cannot {skill!r}: it does {list(EMBODIMENT_SKILLS[embodiment])} "
+            f"(skill {skill!r} needs one of {[e for e, s in EMBODIMENT_SKILLS.items() if skill in s]})"
+        )
+    if goal not in SKILL_GOALS[skill]:
+        raise ValueError(
+            f"goal kind {goal!r} makes no sense for skill {skill!r}: expected one of {list(SKILL_GOALS[skill])}"
+        )
+    bad = sorted(set(shapes) - set(skill_shapes(skill)))
+    if bad:
+        raise ValueError(f"{' and '.join(bad)}s cannot be stacked: a stack task takes {list(STACKABLE_SHAPES)} only")
 
 
 def random_object(
@@ -174,10 +222,17 @@ class RandomTasks:
     n_objects: int = 3
     goal: str = "positions"
     horizon: int | None = None
+    skill: str = "push"
+    embodiment: str = "pusher"
 
     def __post_init__(self) -> None:
         _check_n(self.n_objects)
         _check_choice("goal kind", self.goal, GOAL_KINDS)
+        _check_choice("skill", self.skill, SKILLS)
+        _check_choice("embodiment", self.embodiment, EMBODIMENTS)
+        check_combination(self.skill, self.goal, self.embodiment)
 
     def sample(self, rng: np.random.Generator) -> TaskSpec:
-        return TaskSpec.random(self.n_objects, goal=self.goal, seed=rng, horizon=self.horizon)
+        return TaskSpec.random(
+            self.n_objects, goal=self.goal, seed=rng, horizon=self.horizon, skill=self.skill, embodiment=self.embodiment
+        )

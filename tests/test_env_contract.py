@@ -8,10 +8,12 @@ import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-from ecrl.envs import ENTITY_FIELDS, REGISTERED_IDS, PushEnv
+from ecrl.envs import ENTITY_FIELDS, FETCH_IDS, REGISTERED_IDS, PushEnv
 from ecrl.envs.scene import CAMERAS, project
 
 _E = ENTITY_FIELDS
+EMBODIED_IDS = (*REGISTERED_IDS, *FETCH_IDS)
+"""The push variants and the Fetch arm's skills: the contract every simulated embodiment honours."""
 
 
 def _assert_same_step(a: tuple, b: tuple) -> None:
@@ -22,7 +24,7 @@ def _assert_same_step(a: tuple, b: tuple) -> None:
     assert rest_a == rest_b
 
 
-@pytest.mark.parametrize("env_id", REGISTERED_IDS)
+@pytest.mark.parametrize("env_id", EMBODIED_IDS)
 def test_passes_gymnasium_and_sb3_env_checkers(make, env_id):
     env = make(env_id)
     with warnings.catch_warnings():
@@ -34,7 +36,7 @@ def test_passes_gymnasium_and_sb3_env_checkers(make, env_id):
         sb3_check_env(env.unwrapped)
 
 
-@pytest.mark.parametrize("env_id", REGISTERED_IDS)
+@pytest.mark.parametrize("env_id", EMBODIED_IDS)
 def test_same_seed_gives_same_rollout(make, env_id):
     def rollout(env, seed):
         env.action_space.seed(seed)
@@ -51,18 +53,18 @@ def test_same_seed_gives_same_rollout(make, env_id):
     assert not np.array_equal(other["observation"], first[0][0]["observation"])
 
 
-@pytest.mark.parametrize("env_id", REGISTERED_IDS)
+@pytest.mark.parametrize("env_id", EMBODIED_IDS)
 def test_pickled_env_continues_identically(make, env_id):
     env = make(env_id, render_mode="rgb_array", width=32, height=32)
     env.reset(seed=3)
     env.render()  # a live GL context must not stop pickling
     rng = np.random.default_rng(0)
     for _ in range(5):
-        env.step(rng.uniform(-1, 1, 2).astype(np.float32))
+        env.step(rng.uniform(-1, 1, env.action_space.shape).astype(np.float32))
     clone = pickle.loads(pickle.dumps(env))
     try:
         for _ in range(20):
-            action = rng.uniform(-1, 1, 2).astype(np.float32)
+            action = rng.uniform(-1, 1, env.action_space.shape).astype(np.float32)
             _assert_same_step(env.step(action), clone.step(action))
         np.testing.assert_array_equal(clone.render(), env.render())
     finally:

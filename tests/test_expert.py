@@ -38,3 +38,15 @@ def test_expert_keeps_working_once_every_ordered_target_was_filled(make):
     expert = ScriptedExpert(env)
     action = expert.act(obs)
     assert action.shape == (2,) and np.abs(action).max() > 0
+
+
+def test_expert_reports_the_object_it_works_on(make):
+    env = make("ecrl/Push-v0", n_objects=3)
+    obs, _ = env.reset(seed=0)
+    expert = ScriptedExpert(env)
+    assert expert.current is None
+    chosen = set()
+    for _ in range(150):
+        obs, *_, info = env.step(expert.act(obs))
+        chosen.add(expert.current)
+    assert info["fraction_placed"] > 0 and len(chosen - {None}) >= 2 and chosen <= {None, 0, 1, 2}
