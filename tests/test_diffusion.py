@@ -1,7 +1,6 @@
 """Entity-centric diffusion: features, denoiser symmetries, DDPM loss, DDIM sampling, checkpoints."""
 
 import json
-import time
 
 import pytest
 import torch
@@ -190,7 +189,7 @@ def test_loss_decreases_on_straight_line_motions():
         with torch.no_grad():
             return loss(model, held_out, torch.Generator().manual_seed(0)).total.item()
 
-    before, start, g = evaluate(), time.perf_counter(), torch.Generator().manual_seed(1)
+    before, g = evaluate(), torch.Generator().manual_seed(1)
     for i in range(150):
         terms = loss(model, _straight_lines(32, TINY.horizon, seed=i), g)
         optimiser.zero_grad()
@@ -198,7 +197,6 @@ def test_loss_decreases_on_straight_line_motions():
         optimiser.step()
     after = evaluate()
     assert after < 0.5 * before, (before, after)
-    assert time.perf_counter() - start < 15
 
 
 def _towards_goal(batch: int, horizon: int, seed: int = 0) -> dict:
