@@ -85,14 +85,19 @@ def test_a_spatial_denoiser_plans_spatial_states_for_any_number_of_objects():
         assert out_states.shape == (1, 5, 1 + n, SPATIAL_DYNAMIC_DIM) and out_actions.shape == (1, 4, 5)
 
 
-@pytest.fixture(scope="module")
-def play_data(tmp_path_factory):
+def _collect_play(tmp_path_factory, steps: int):
+    """Two cube-double play episodes of ``steps`` steps (a directory)."""
     if importlib.util.find_spec("ogbench") is None:
         pytest.skip("needs the ogbench extra")
-    path = tmp_path_factory.mktemp("play") / "double"
-    config = CollectConfig(env="ogbench-cube", play=True, n_objects=(2,), episodes=2, play_steps=60, progress=False)
+    path = tmp_path_factory.mktemp("play") / f"double_{steps}"
+    config = CollectConfig(env="ogbench-cube", play=True, n_objects=(2,), episodes=2, play_steps=steps, progress=False)
     collect_dataset(path, config)
     return path
+
+
+@pytest.fixture(scope="module")
+def play_data(tmp_path_factory):
+    return _collect_play(tmp_path_factory, 60)
 
 
 @needs_ogbench
@@ -118,12 +123,7 @@ def test_hindsight_goals_are_later_states_of_the_same_episode(play_data):
 @pytest.fixture(scope="module")
 def long_play(tmp_path_factory):
     """Two play episodes long enough for a few placements each (one takes the oracle 45-90 steps)."""
-    if importlib.util.find_spec("ogbench") is None:
-        pytest.skip("needs the ogbench extra")
-    path = tmp_path_factory.mktemp("play") / "double_long"
-    config = CollectConfig(env="ogbench-cube", play=True, n_objects=(2,), episodes=2, play_steps=400, progress=False)
-    collect_dataset(path, config)
-    return DemoDataset(path)
+    return DemoDataset(_collect_play(tmp_path_factory, 400))
 
 
 @needs_ogbench
