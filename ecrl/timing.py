@@ -117,40 +117,55 @@ def time_steps(env: gym.Env, actions: np.ndarray, seed: int) -> float:
     return gc_paused(run) / len(actions)
 
 
+def _substeps(env: gym.Env) -> int:
+    """Physics steps per env step: the env's own ``substeps`` (push 10, fetch 20), else the push scene's."""
+    return int(getattr(env.unwrapped, "substeps", SUBSTEPS))
+
+
 def record_controls(env: gym.Env, actions: np.ndarray, seed: int) -> tuple[np.ndarray, list[bool], np.ndarray]:
-    """The set points a MuJoCo env applied ``(T, nu)`` for ``actions``, where episodes ended, and the final ``qpos``."""
+    """The set points a MuJoCo env applied for ``actions``, where episodes ended, and the final ``qpos``.
+
+    A set point is ``data.ctrl`` followed by every mocap body's ``mocap_pos`` and ``mocap_quat`` (the Fetch
+    arm's end-effector target): ``(T, nu + 7 * nmocap)``, ``(T, nu)`` for the pusher, which has no mocap body.
+    """
     base = env.unwrapped
+    data = base.data
     env.reset(seed=seed)
     ctrls, ends = [], []
     for a in actions:
         _, _, terminated, truncated, _ = env.step(a)
-        ctrls.append(base.data.ctrl.copy())
+        ctrls.append(np.concatenate([data.ctrl, data.mocap_pos.ravel(), data.mocap_quat.ravel()]))
         ends.append(bool(terminated or truncated))
         if ends[-1]:
             env.reset()
-    return np.array(ctrls), ends, base.data.qpos.copy()
+    return np.array(ctrls), ends, data.qpos.copy()
 
 
 def time_physics(env: gym.Env, ctrls: np.ndarray, ends: Sequence[bool], seed: int) -> tuple[float, np.ndarray]:
-    """Seconds per ``mj_step(nstep=SUBSTEPS)`` replaying :func:`record_controls`' ``ctrls`` on the env's own
+    """Seconds per ``mj_step(nstep=substeps)`` replaying :func:`record_controls`' set points on the env's own
     model (the physics floor of an env step), and the final ``qpos`` (equal to the env's: same physics)."""
     base = env.unwrapped
     model, data = base.model, base.data
-    ctrl = data.ctrl
+    ctrl, mocap_pos, mocap_quat = data.ctrl, data.mocap_pos, data.mocap_quat
+    nu, nm, nstep = model.nu, model.nmocap, _substeps(env)
+    rows = [(c[:nu], c[nu : nu + 3 * nm].reshape(nm, 3), c[nu + 3 * nm :].reshape(nm, 4)) for c in np.asarray(ctrls)]
 
     def run() -> float:
         env.reset(seed=seed)
         total, start = 0.0, time.perf_counter()
-        for c, end in zip(ctrls, ends, strict=True):
+        for (c, p, q), end in zip(rows, ends, strict=True):
             ctrl[:] = c
-            mujoco.mj_step(model, data, nstep=SUBSTEPS)
+            if nm:
+                mocap_pos[:] = p
+                mocap_quat[:] = q
+            mujoco.mj_step(model, data, nstep=nstep)
             if end:
                 total += time.perf_counter() - start
                 env.reset()
                 start = time.perf_counter()
         return total + time.perf_counter() - start
 
-    return gc_paused(run) / len(ctrls), data.qpos.copy()
+    return gc_paused(run) / len(rows), data.qpos.copy()
 
 
 def rollout_observations(n_objects: int, count: int, seed: int) -> list[dict[str, np.ndarray]]:

@@ -1,8 +1,9 @@
 """`ecrl-bench`: speed benchmarks, one subcommand each, every one writing JSON + a markdown table + a plot.
 
 Subcommands:
-    envs      env steps/s vs number of objects (gym.make and unwrapped), the raw-physics floor of the
-              same model, FetchPush-v4 for comparison, reset time, render fps (see `ecrl.envs.bench`)
+    envs      env steps/s vs number of objects (gym.make and unwrapped) for push and the Fetch arm, the
+              raw-physics floor of the same model, FetchPush-v4 and FetchPickAndPlace-v4 for comparison,
+              reset time, render fps (see `ecrl.envs.bench`)
     policies  SAC+HER gradient updates/s of SB3's MLP vs the EIT vs DeepSets, batch-1 actor latency at
               N=12 (see `ecrl.policies.bench`)
     diffusion planning latency per env step at N=3 and N=12 (horizon, sampling steps, replan interval),
@@ -22,7 +23,7 @@ Examples:
     ecrl-bench envs
 
     # a smoke run in a few seconds
-    ecrl-bench envs --n-objects 3 --steps 200 --resets 10 --frames 5 --repeats 1 --out /tmp/bench_envs
+    ecrl-bench envs --n-objects 3 --fetch-objects 1 --steps 200 --resets 10 --frames 5 --repeats 1 --out /tmp/bench_envs
 
     # median instead of best of 7 runs, fail (exit 1) when a target is missed
     ecrl-bench envs --repeats 7 --reduce median --strict

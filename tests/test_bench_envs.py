@@ -14,54 +14,99 @@ from ecrl.scripts import bench_envs
 
 
 def test_envs_measure_gives_a_row_per_n_and_per_render_size(tmp_path):
-    # 180 steps cross the 150-step episode of push-1, so the timed runs go through a reset.
+    # 180 steps cross the 150-step episode of push-1 (and the 50 steps of Fetch), so timed runs go through resets.
     config = EnvsBenchConfig(
-        n_objects=(1, 2), steps=180, resets=2, frames=2, render_sizes=(32, 48), repeats=2, fetch=False, out=tmp_path
+        n_objects=(1, 2),
+        fetch_objects=(1, 2),
+        steps=180,
+        resets=2,
+        frames=2,
+        render_sizes=(32, 48),
+        repeats=2,
+        fetch=False,
+        out=tmp_path,
     )
     result = measure(config)
-    assert set(result) == {"push", "fetch_push_v4", "render", "raw_seconds"}
-    assert result["fetch_push_v4"] is None
+    assert set(result) == {"push", "fetch", "fetch_push_v4", "fetch_pick_and_place_v4", "render", "raw_seconds"}
+    assert result["fetch_push_v4"] is None and result["fetch_pick_and_place_v4"] is None
 
-    push = result["push"]
-    assert [r["n_objects"] for r in push] == [1, 2]
-    for r in push:
-        assert r["physics_replay_exact"] is True  # the physics floor replayed the env's own trajectory
-        assert min(r["steps_per_s"], r["steps_per_s_unwrapped"], r["physics_steps_per_s"], r["reset_ms"]) > 0
-        assert r["step_us"] == pytest.approx(1e6 / r["steps_per_s"])
-        assert r["physics_us"] == pytest.approx(1e6 / r["physics_steps_per_s"])
-        assert r["physics_ratio"] == pytest.approx(r["step_us"] / r["physics_us"])
-        assert r["physics_ratio_unwrapped"] == pytest.approx(r["step_us_unwrapped"] / r["physics_us"])
+    for kind in ("push", "fetch"):
+        rows = result[kind]
+        assert [r["n_objects"] for r in rows] == [1, 2]
+        for r in rows:
+            assert r["physics_replay_exact"] is True  # the physics floor replayed the env's own trajectory
+            assert min(r["steps_per_s"], r["steps_per_s_unwrapped"], r["physics_steps_per_s"], r["reset_ms"]) > 0
+            assert r["step_us"] == pytest.approx(1e6 / r["steps_per_s"])
+            assert r["physics_us"] == pytest.approx(1e6 / r["physics_steps_per_s"])
+            assert r["physics_ratio"] == pytest.approx(r["step_us"] / r["physics_us"])
+            assert r["physics_ratio_unwrapped"] == pytest.approx(r["step_us_unwrapped"] / r["physics_us"])
 
     assert [(r["size"], r["n_objects"]) for r in result["render"]] == [(32, 3), (48, 3)]
     assert all(r["rgb_fps"] > 0 and r["segmentation_fps"] > 0 for r in result["render"])
 
     raw = result["raw_seconds"]
-    per_n = [f"{k}/{n}" for k in ("make", "unwrapped", "physics", "reset", "reset_unwrapped") for n in (1, 2)]
+    per_n = [
+        f"{kind}/{k}/{n}"
+        for kind in ("push", "fetch")
+        for k in ("make", "unwrapped", "physics", "reset", "reset_unwrapped")
+        for n in (1, 2)
+    ]
     per_size = [f"{k}/{s}" for k in ("rgb", "segmentation") for s in (32, 48)]
     assert set(raw) == {*per_n, *per_size}
     assert all(len(v) == 2 and min(v) > 0 for v in raw.values())  # one time per repeat
     # `best` keeps the fastest repeat of each number.
-    assert push[0]["steps_per_s"] == pytest.approx(1 / min(raw["make/1"]))
+    assert result["push"][0]["steps_per_s"] == pytest.approx(1 / min(raw["push/make/1"]))
+    assert result["fetch"][1]["reset_ms"] == pytest.approx(1e3 * min(raw["fetch/reset/2"]))
 
 
-def test_envs_measure_times_fetch_push_and_the_cli_checks_the_push3_targets(tmp_path):
+def test_envs_measure_times_gymnasium_robotics_and_the_cli_checks_the_targets(tmp_path):
     config = EnvsBenchConfig(
-        n_objects=(3,), steps=30, resets=2, frames=1, render_sizes=(32,), repeats=1, reduce="median", out=tmp_path
+        n_objects=(3,),
+        fetch_objects=(1, 3),
+        steps=30,
+        resets=2,
+        frames=1,
+        render_sizes=(32,),
+        repeats=1,
+        reduce="median",
+        out=tmp_path,
     )
     result = measure(config)
-    fetch = result["fetch_push_v4"]
-    assert fetch["steps_per_s"] > 0 and fetch["reset_ms"] > 0
-    assert fetch["step_us"] == pytest.approx(1e6 / fetch["steps_per_s"])
-    assert len(result["raw_seconds"]["fetch"]) == len(result["raw_seconds"]["fetch_reset"]) == 1
+    for key in ("fetch_push_v4", "fetch_pick_and_place_v4"):
+        ref = result[key]
+        assert ref["steps_per_s"] > 0 and ref["reset_ms"] > 0
+        assert ref["step_us"] == pytest.approx(1e6 / ref["steps_per_s"])
+    raw = result["raw_seconds"]
+    assert len(raw["FetchPush-v4/step"]) == len(raw["FetchPickAndPlace-v4/reset"]) == 1
 
     targets = bench_envs.check_targets(config, result)
-    assert [t["target"].split()[0] for t in targets] == ["push-3"] * 3
-    speedup = result["push"][0]["steps_per_s"] / fetch["steps_per_s"]
+    assert [t["target"].split()[0] for t in targets] == ["push-3"] * 3 + ["fetch-1", "fetch-1", "fetch"]
+    speedup = result["push"][0]["steps_per_s"] / result["fetch_push_v4"]["steps_per_s"]
     assert targets[0]["pass"] == (speedup >= config.min_speedup_vs_fetch)
+    fetch_ratio = result["fetch"][0]["steps_per_s"] / result["fetch_pick_and_place_v4"]["steps_per_s"]
+    assert targets[3]["pass"] == (fetch_ratio >= config.min_fetch_ratio)
+    worst = max(r["reset_ms"] for r in result["fetch"])
+    assert targets[5]["pass"] == (worst <= config.max_fetch_reset_ms)
+
+    # Without Fetch rows there are no Fetch targets, and the tables and plot still come out.
+    no_fetch = {**result, "fetch": []}
+    assert [t["target"].split()[0] for t in bench_envs.check_targets(config, no_fetch)] == ["push-3"] * 3
+    tables = bench_envs.tables({**result, "targets": targets})
+    assert "fetch (pick_place): N" in tables and "FetchPickAndPlace-v4" in tables
+    bench_envs.plot(result, config, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"n_objects": ()}, {"n_objects": (0,)}, {"steps": 0}, {"repeats": 0}, {"render_sizes": (8,)}]
+    "kwargs",
+    [
+        {"n_objects": ()},
+        {"n_objects": (0,)},
+        {"fetch_objects": (9,)},
+        {"steps": 0},
+        {"repeats": 0},
+        {"render_sizes": (8,)},
+    ],
 )
 def test_envs_config_refuses_bad_sizes(kwargs):
     with pytest.raises(ValueError):
