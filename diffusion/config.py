@@ -134,9 +134,9 @@ class DiffusionTrainConfig(ComputeOptions):
 
     def for_dataset(self, meta: dict) -> DiffusionTrainConfig:
         """This config fitted to a dataset's ``meta.json``: the denoiser's ``action_dim`` is the dataset's,
-        and its ``state`` is ``spatial`` for OGBench's cubes (lifted and stacked), else ``planar``."""
+        and its ``state`` is ``spatial`` for OGBench's cubes and the Fetch arm (lifted and stacked), else ``planar``."""
         env = meta["collections"][0]["config"].get("env", "push") if meta.get("collections") else "push"
-        state = "spatial" if env == "ogbench-cube" else "planar"
+        state = "spatial" if env in ("ogbench-cube", "fetch") else "planar"
         return replace(self, denoiser=replace(self.denoiser, action_dim=int(meta["action_dim"]), state=state))
 
     def _hierarchical_problems(self) -> list[str]:

@@ -84,10 +84,11 @@ class DiffusionTrainResult:
 
 
 def _dataset_task(path: Path) -> dict[str, Any]:
-    """The task settings of a dataset's first collection: env, goal, split, numbers of objects."""
+    """The task settings of a dataset's first collection: env, skill (the Fetch arm's), goal, split, numbers of objects."""
     config = read_meta(path)["collections"][0]["config"]
     env = config.get("env", "push")
-    return {"env": env, "goal": config["goal"], "split": config["split"], "n_objects": list(config["n_objects"])}
+    task = {"env": env, "goal": config["goal"], "split": config["split"], "n_objects": list(config["n_objects"])}
+    return task | ({"skill": config.get("skill") or "pick_place"} if env == "fetch" else {})
 
 
 def planner_policy(planner: DiffusionPlanner | HierarchicalPlanner, meta: dict[str, Any]) -> Policy:
@@ -250,6 +251,8 @@ def _evaluate(trainer: _Trainer, task: dict[str, Any], writer: SummaryWriter, ru
         report = evaluate(
             policy,
             objects,
+            env=task["env"],
+            skill=task.get("skill"),
             goal=task["goal"],
             split=task["split"],
             parts=config.eval_parts if task["split"] else ("train",),
@@ -280,6 +283,7 @@ def _run_meta(config: DiffusionTrainConfig, demonstrations: int, task: dict[str,
     meta = {
         "arch": "diffusion" if config.planner == "flat" else "hierarchical_diffusion",
         "env": task["env"],
+        **({"skill": task["skill"]} if "skill" in task else {}),
         "dataset": str(config.dataset),
         "demonstrations": demonstrations,
         "train_n_objects": task["n_objects"],

@@ -19,9 +19,11 @@ import numpy as np
 from tqdm import tqdm
 
 from ecrl.dataset_format import ACTION_DIM, DatasetError, DatasetWriter, Episode
+from ecrl.envs import FETCH_SKILL_IDS, ogbench_data
 from ecrl.envs import ogbench as ogb
-from ecrl.envs import ogbench_data
+from ecrl.envs.fetch import ACTION_DIM as FETCH_ACTION_DIM
 from ecrl.envs.scene import CAMERAS, MAIN_CAMERAS
+from ecrl.envs.task import EMBODIMENT_MAX_OBJECTS
 from ecrl.evaluation import check_settings
 from ecrl.reporting import provenance
 from ecrl.rollout import BatchPolicy, ExpertPolicy, Recorder, Step, rollout
@@ -42,8 +44,9 @@ __all__ = [
 ]
 
 
-ENVS = ("push", "ogbench-cube")
-"""The environments a dataset can be collected from (``ecrl-collect --env``)."""
+ENVS = ("push", "fetch", "ogbench-cube")
+"""The environments a dataset can be collected from (``ecrl-collect --env``): the planar pusher, the Fetch arm
+(a skill of :data:`ecrl.envs.FETCH_SKILL_IDS`) and OGBench's cubes."""
 
 
 @dataclass
@@ -82,8 +85,10 @@ class CollectConfig:
     """Cameras the frames come from (with ``--pixels``)."""
     random_actions: float = 0.0
     """Probability that a step's action is replaced by a uniformly random one (1: random rollouts)."""
-    env: Literal["push", "ogbench-cube"] = "push"
-    """Environment: the library's push env, or OGBench's cubes (``n_objects`` in 1, 2, 3, 4, 8; extra ``ecrl[ogbench]``)."""
+    env: Literal["push", "fetch", "ogbench-cube"] = "push"
+    """Environment: the library's push env, the Fetch arm (``skill``; 1 … 8 objects), or OGBench's cubes (``n_objects`` in 1, 2, 3, 4, 8; extra ``ecrl[ogbench]``)."""
+    skill: str | None = None
+    """Fetch arm: push, pick_place or stack (default: pick_place); the pusher only pushes, OGBench's cubes have their own tasks."""
     play: bool = False
     """OGBench cubes: play data from OGBench's own oracle, by its ``cube-*-play`` recipe (every episode is kept)."""
     play_steps: int = ogb.PLAY_EPISODE_STEPS
@@ -108,6 +113,15 @@ class CollectConfig:
             raise ValueError(f"random_actions must be a probability in [0, 1], got {self.random_actions}")
         if self.env not in ENVS:
             raise ValueError(f"unknown env {self.env!r}: expected one of {list(ENVS)}")
+        if self.env == "fetch":
+            self.skill = self.skill or "pick_place"
+            if self.skill not in FETCH_SKILL_IDS:
+                raise ValueError(f"unknown Fetch skill {self.skill!r}: expected one of {list(FETCH_SKILL_IDS)}")
+            most = EMBODIMENT_MAX_OBJECTS["fetch"]
+            if max(self.n_objects) > most:
+                raise ValueError(f"the Fetch arm holds 1 … {most} objects, got {list(self.n_objects)}")
+        elif self.skill not in (None, "push"):
+            raise ValueError(f"skill {self.skill!r} is a Fetch skill: pass --env fetch (the pusher only pushes)")
         if self.env == "ogbench-cube":
             for n in self.n_objects:
                 ogb.check_n_cubes(n)
@@ -121,7 +135,7 @@ class CollectConfig:
     @property
     def action_dim(self) -> int:
         """Width of the actions this collection records."""
-        return ogb.ACTION_DIM if self.env == "ogbench-cube" else ACTION_DIM
+        return {"ogbench-cube": ogb.ACTION_DIM, "fetch": FETCH_ACTION_DIM}.get(self.env, ACTION_DIM)
 
 
 @dataclass
@@ -303,10 +317,12 @@ def plan_batches(config: CollectConfig, seed: int) -> list[Batch]:
 
 
 def acting_policy(config: CollectConfig, policy: BatchPolicy | None) -> _Collecting:
-    """The acting policy of ``config``: ``policy``, else OGBench's play oracle or the scripted expert."""
-    return _Collecting(
-        ogb.CubePlayOracle() if config.play else ExpertPolicy() if policy is None else policy, config.random_actions
-    )
+    """The acting policy of ``config``: ``policy``, else OGBench's play oracle or the scripted expert (the
+    pusher's, or the Fetch arm's)."""
+    if policy is None:
+        embodiment = "fetch" if config.env == "fetch" else "pusher"
+        policy = ogb.CubePlayOracle() if config.play else ExpertPolicy(embodiment=embodiment)
+    return _Collecting(policy, config.random_actions)
 
 
 def progress_bar(config: CollectConfig, episodes: int) -> tqdm:
@@ -383,6 +399,8 @@ def open_writer(path: Path, config: CollectConfig, append: bool) -> DatasetWrite
 def env_spec(config: CollectConfig, n: int, part: str) -> tuple[str, dict[str, Any]]:
     """Registered id and keyword arguments of the envs collecting ``n`` objects of split part ``part``."""
     env_id, env_kwargs = "ecrl/Push-v0", {"n_objects": n, "goal": config.goal}
+    if config.env == "fetch":
+        env_id = FETCH_SKILL_IDS[config.skill]
     if config.env == "ogbench-cube":
         env_id, env_kwargs = "ecrl/OGBenchCube-v0", {"n_cubes": n, "mode": "play" if config.play else "task"}
         if config.play:

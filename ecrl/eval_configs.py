@@ -4,6 +4,8 @@
 
 - ``push``: the library's push env (``ecrl/Push-v0``); a configuration is a part of a compositional
   split (``train``, ``test``) × a number of objects N; episodes run ``50 + 100 N`` steps;
+- ``fetch``: the Fetch arm doing one skill (``ecrl/FetchPickPlace-v0`` …, :mod:`ecrl.envs.fetch`), with
+  push's configurations (split parts × N, at most 8 objects) and horizons;
 - ``ogbench-cube``: OGBench's cube suite (``ecrl/OGBenchCube-v0``, :mod:`ecrl.envs.ogbench`); a
   configuration is one of OGBench's five evaluation tasks × a number of cubes N in 1, 2, 3, 4, 8,
   its ``part`` named ``task1`` … ``task5``; episodes run to OGBench's limit for N (200 / 500 /
@@ -20,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from ecrl.envs import GOAL_KINDS, MAX_OBJECTS, SPLITS
+from ecrl.envs import FETCH_SKILL_IDS, GOAL_KINDS, MAX_OBJECTS, SPLITS
 from ecrl.envs import ogbench as ogb
-from ecrl.envs.task import default_horizon
+from ecrl.envs.fetch import ACTION_DIM as FETCH_ACTION_DIM
+from ecrl.envs.task import EMBODIMENT_MAX_OBJECTS, default_horizon
 
 __all__ = [
     "ACTION_DIMS",
@@ -32,16 +35,18 @@ __all__ = [
     "check_action_dim",
     "check_ogbench_settings",
     "check_settings",
+    "check_skill",
     "ogbench_configs",
     "policy_action_dim",
     "push_configs",
 ]
 
-ENVS = ("push", "ogbench-cube")
+ENVS = ("push", "fetch", "ogbench-cube")
 """The benchmarks an evaluation runs on (``evaluate(env=…)``, ``ecrl-eval --env``)."""
 PARTS = ("train", "test")
-ACTION_DIMS = {"push": 2, "ogbench-cube": ogb.ACTION_DIM}
-"""Width of each benchmark's actions: the pusher's planar displacement; OGBench's x, y, z, yaw, gripper."""
+ACTION_DIMS = {"push": 2, "fetch": FETCH_ACTION_DIM, "ogbench-cube": ogb.ACTION_DIM}
+"""Width of each benchmark's actions: the pusher's planar displacement; the Fetch gripper's x, y, z and fingers;
+OGBench's x, y, z, yaw, gripper."""
 
 
 @dataclass(frozen=True)
@@ -66,13 +71,15 @@ def check_settings(
     n_max: int | None = None,
     batch_size: int | None = None,
     video_every: int = 1,
+    max_objects: int = MAX_OBJECTS,
 ) -> None:
-    """Raise ``ValueError`` (saying what was expected) for push settings :func:`evaluate` cannot run."""
+    """Raise ``ValueError`` (saying what was expected) for push (or Fetch, ``max_objects`` 8) settings
+    :func:`evaluate` cannot run."""
     if not n_objects:
         raise ValueError("need at least one number of objects")
     for n in n_objects:
-        if not 1 <= n <= MAX_OBJECTS:
-            raise ValueError(f"numbers of objects must be in 1 … {MAX_OBJECTS}, got {n}")
+        if not 1 <= n <= max_objects:
+            raise ValueError(f"numbers of objects must be in 1 … {max_objects}, got {n}")
     if goal not in GOAL_KINDS:
         raise ValueError(f"unknown goal kind {goal!r}: expected one of {list(GOAL_KINDS)}")
     if split is not None and split not in SPLITS:
@@ -131,17 +138,30 @@ def push_configs(
     parts: Sequence[str],
     n_max: int | None,
     pixels: dict[str, Any] | None = None,
+    skill: str | None = None,
 ) -> list[EvalConfig]:
     """Every part × N of a push evaluation, parts outermost; ``pixels`` (a planner's ``meta["pixels"]``) adds
-    its camera frames to the observations."""
+    its camera frames to the observations; a ``skill`` (push, pick_place, stack) runs it on the Fetch arm."""
+    env_id = "ecrl/Push-v0" if skill is None else FETCH_SKILL_IDS[skill]
     configs = []
     for part in parts:
         for n in n_objects:
             kwargs = {"n_objects": n, "goal": goal, "split": split, "part": part, "n_max": n_max}
             if pixels:
                 kwargs.update(pixels=int(pixels["size"]), cameras=tuple(pixels["cameras"]))
-            configs.append(EvalConfig(part, n, "ecrl/Push-v0", kwargs, default_horizon(n)))
+            configs.append(EvalConfig(part, n, env_id, kwargs, default_horizon(n)))
     return configs
+
+
+def check_skill(skill: str | None) -> str:
+    """The Fetch skill of an evaluation (default ``pick_place``), checked."""
+    skill = skill or "pick_place"
+    if skill not in FETCH_SKILL_IDS:
+        raise ValueError(f"unknown Fetch skill {skill!r}: expected one of {list(FETCH_SKILL_IDS)}")
+    return skill
+
+
+FETCH_MAX_OBJECTS = EMBODIMENT_MAX_OBJECTS["fetch"]
 
 
 def ogbench_configs(

@@ -1,11 +1,12 @@
-"""Evaluate any policy on push tasks or OGBench's cube tasks: success per configuration, with 95% intervals.
+"""Evaluate any policy on push tasks, the Fetch arm's or OGBench's cube tasks: success per configuration, with 95% intervals.
 
 :func:`evaluate` runs, for each configuration, ``episodes`` episodes side by side and calls
 ``policy.act`` once per step on the stacked batch of their observations. A configuration
 (:mod:`ecrl.eval_configs`) is
 
 - on push (``env="push"``), a part of a compositional split (``train``: the factor combinations
-  seen in training, ``test``: held-out ones) × a number of objects N;
+  seen in training, ``test``: held-out ones) × a number of objects N; the same on the Fetch arm
+  (``env="fetch"``, one ``skill``: push, pick_place or stack; 1 … 8 objects);
 - on OGBench's cubes (``env="ogbench-cube"``), one of OGBench's five evaluation tasks per size
   (the result's ``part`` is ``task1`` … ``task5``, its ``task_name`` OGBench's, e.g.
   ``task1_single_pnp``) × a number of cubes N in 1, 2, 3, 4, 8. This is OGBench's protocol: 50
@@ -49,14 +50,17 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
+from ecrl.envs import MAX_OBJECTS
 from ecrl.envs import ogbench as ogb
 from ecrl.eval_configs import (
     ENVS,
+    FETCH_MAX_OBJECTS,
     PARTS,  # noqa: F401  (re-exported)
     EvalConfig,
     check_action_dim,
     check_ogbench_settings,
     check_settings,
+    check_skill,
     ogbench_configs,
     push_configs,
 )
@@ -195,6 +199,7 @@ def evaluate(
     n_objects: Sequence[int],
     *,
     env: str = "push",
+    skill: str | None = None,
     goal: str = "positions",
     split: str | None = None,
     parts: Sequence[str] | None = None,
@@ -217,8 +222,9 @@ def evaluate(
             Or a zero-argument callable that builds such a policy (a class like :class:`ExpertPolicy`,
             :class:`ecrl.parallel.PolicyLoader`): what ``workers > 1`` need for a policy that cannot be pickled.
         n_objects: numbers of objects N to evaluate (OGBench cubes: 1, 2, 3, 4 or 8).
-        env: ``"push"`` (the library's push env) or ``"ogbench-cube"`` (OGBench's cube tasks, with the
-            extra ``ecrl[ogbench]``).
+        env: ``"push"`` (the library's push env), ``"fetch"`` (the Fetch arm, 1 … 8 objects) or
+            ``"ogbench-cube"`` (OGBench's cube tasks, with the extra ``ecrl[ogbench]``).
+        skill: fetch: the arm's skill, push, pick_place or stack (default: pick_place).
         goal: push: goal kind (one of ``GOAL_KINDS``).
         split: push: name of a compositional split in ``SPLITS``, or ``None`` (random objects, part ``train`` only).
         parts: push: parts of the split to evaluate (``train``, ``test``; default: ``train``).
@@ -255,21 +261,30 @@ def evaluate(
     if env not in ENVS:
         raise ValueError(f"unknown env {env!r}: expected one of {list(ENVS)}")
     n_objects, pixels = list(n_objects), (getattr(policy, "meta", None) or {}).get("pixels")
-    if env == "push":
+    if env in ("push", "fetch"):
         if tasks is not None or max_steps is not None:
-            raise ValueError("tasks and max_steps are options of env='ogbench-cube'; push has split parts and horizons")
+            raise ValueError(
+                f"tasks and max_steps are options of env='ogbench-cube'; {env} has split parts and horizons"
+            )
+        if env == "push" and skill not in (None, "push"):
+            raise ValueError(f"skill {skill!r} is a Fetch skill: pass env='fetch' (the pusher only pushes)")
+        skill = check_skill(skill) if env == "fetch" else None
         parts = ["train"] if parts is None else list(parts)
         n_objects = [int(n) for n in n_objects]
-        check_settings(n_objects, goal, split, parts, episodes, n_max, batch_size, video_every)
-        configs = push_configs(n_objects, goal, split, parts, n_max, pixels)
+        most = FETCH_MAX_OBJECTS if env == "fetch" else MAX_OBJECTS
+        check_settings(n_objects, goal, split, parts, episodes, n_max, batch_size, video_every, most)
+        configs = push_configs(n_objects, goal, split, parts, n_max, pixels, skill)
         settings = {"env": env, "n_objects": n_objects, "goal": goal, "split": split, "parts": parts}
         settings |= {"episodes": episodes, "seed": seed, "n_max": n_max, "stop_on_success": stop_on_success}
+        if skill is not None:
+            settings["skill"] = skill
     else:
-        if goal != "positions" or split is not None or parts is not None or pixels:
+        if goal != "positions" or split is not None or parts is not None or pixels or skill is not None:
             raise ValueError(
-                "OGBench cubes have their own goals (OGBench's tasks): goal, split and parts are push options, and "
+                "OGBench cubes have their own goals (OGBench's tasks): goal, split, parts and skill are options of "
+                "the library's envs, and "
                 f"planners from pixels run on push; got goal={goal!r}, split={split!r}, parts={parts!r}, "
-                f"pixels={pixels!r}"
+                f"pixels={pixels!r}, skill={skill!r}"
             )
         tasks = list(range(1, ogb.N_TASKS + 1)) if tasks is None else list(tasks)
         check_ogbench_settings(n_objects, tasks, episodes, n_max, batch_size, video_every, max_steps)

@@ -24,9 +24,11 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
-from ecrl.envs import ScriptedExpert
+from ecrl.dataset_format import ACTION_DIM as PUSH_ACTION_DIM
+from ecrl.envs import FetchExpert, ScriptedExpert
+from ecrl.envs.fetch import ACTION_DIM as FETCH_ACTION_DIM
 
-__all__ = ["BatchPolicy", "ExpertPolicy", "Recorder", "Step", "episode_horizon", "rollout"]
+__all__ = ["EXPERTS", "BatchPolicy", "ExpertPolicy", "Recorder", "Step", "episode_horizon", "rollout"]
 
 
 @runtime_checkable
@@ -161,34 +163,45 @@ def rollout(
             finish(i)
 
 
+EXPERTS: dict[str, type[ScriptedExpert] | type[FetchExpert]] = {"pusher": ScriptedExpert, "fetch": FetchExpert}
+"""The scripted expert of each embodiment."""
+
+
 class ExpertPolicy:
-    """The scripted expert behind the batch interface: one :class:`ScriptedExpert` per env.
+    """The scripted expert behind the batch interface: one :class:`ScriptedExpert` (or, for the Fetch arm,
+    :class:`~ecrl.envs.FetchExpert`) per env.
 
     Args:
         tolerance: fraction of the env's distance threshold the expert aims for.
         seeds: seeds of the experts' random steps out of a stall, one per env; an env's expert keeps
             its random stream over the episodes it runs (default: each expert is seeded with its
             episode's seed, so an episode depends on its seed alone).
+        embodiment: ``"pusher"`` (planar actions ``(2,)``) or ``"fetch"`` (the arm's ``(4,)``); the envs
+            given to :meth:`reset` must be that embodiment's.
 
     After :meth:`act`, ``random: (B,) bool`` says which actions were random steps out of a stall,
     and ``experts[b]`` is env ``b``'s expert (its ``choice``: the object it worked on).
     """
 
     meta = {"arch": "scripted_expert", "algo": "scripted"}
-    action_dim = 2
-    """It pushes: a planar displacement."""
     batch_invariant = True
     """Env ``b``'s action depends on env ``b`` alone, bit for bit, whatever else is in the batch (see
     :func:`ecrl.evaluation.evaluate`'s ``workers``)."""
 
-    def __init__(self, tolerance: float = 0.5, seeds: Sequence[int] | None = None) -> None:
-        self.tolerance = tolerance
+    def __init__(self, tolerance: float = 0.5, seeds: Sequence[int] | None = None, embodiment: str = "pusher") -> None:
+        if embodiment not in EXPERTS:
+            raise ValueError(f"no scripted expert for embodiment {embodiment!r}: expected one of {list(EXPERTS)}")
+        self.tolerance, self.embodiment = tolerance, embodiment
+        self.expert_type = EXPERTS[embodiment]
+        self.action_dim = PUSH_ACTION_DIM if embodiment == "pusher" else FETCH_ACTION_DIM
+        """It pushes (a planar displacement), or moves the arm's gripper and fingers."""
         self.seeds = None if seeds is None else [int(s) for s in seeds]
-        self.experts: list[ScriptedExpert] = []
+        self.experts: list[ScriptedExpert | FetchExpert] = []
         self.random = np.zeros(0, bool)
 
     def __repr__(self) -> str:
-        return f"ExpertPolicy(tolerance={self.tolerance})"
+        extra = "" if self.embodiment == "pusher" else f", embodiment={self.embodiment!r}"
+        return f"ExpertPolicy(tolerance={self.tolerance}{extra})"
 
     def reset(self, envs: Sequence[gym.Env], seeds: Sequence[int]) -> None:
         """One fresh expert per env."""
@@ -196,21 +209,21 @@ class ExpertPolicy:
         if len(seeds) != len(envs):
             raise ValueError(f"ExpertPolicy has {len(seeds)} expert seeds for {len(envs)} envs")
         self._envs = list(envs)
-        self.experts = [ScriptedExpert(env, self.tolerance, seed) for env, seed in zip(envs, seeds, strict=True)]
+        self.experts = [self.expert_type(env, self.tolerance, seed) for env, seed in zip(envs, seeds, strict=True)]
 
     def restart(self, i: int, seed: int) -> None:
         """Env ``i`` starts another episode (reset with ``seed``)."""
         if self.seeds is None:
-            self.experts[i] = ScriptedExpert(self._envs[i], self.tolerance, seed)
+            self.experts[i] = self.expert_type(self._envs[i], self.tolerance, seed)
         else:
             self.experts[i].reset()
 
     def act(self, obs: Mapping[str, np.ndarray], active: np.ndarray | None = None) -> np.ndarray:
-        """Actions ``(B, 2)`` (zero in rows not ``active``); row ``b`` must come from the ``b``-th env given to :meth:`reset`."""
+        """Actions ``(B, A)`` (zero in rows not ``active``); row ``b`` must come from the ``b``-th env given to :meth:`reset`."""
         b = len(obs["observation"])
         if b != len(self.experts):
             raise ValueError(f"{len(self.experts)} envs were reset, got {b} observations")
-        actions, self.random = np.zeros((b, 2), np.float32), np.zeros(b, bool)
+        actions, self.random = np.zeros((b, self.action_dim), np.float32), np.zeros(b, bool)
         for i in range(b) if active is None else np.flatnonzero(active):
             actions[i] = self.experts[i].act({k: v[i] for k, v in obs.items()})
             self.random[i] = self.experts[i].last_random

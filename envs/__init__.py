@@ -57,6 +57,7 @@ __all__ = [
     "GOAL_XY",
     "GOAL_KINDS",
     "FETCH_IDS",
+    "FETCH_SKILL_IDS",
     "MAX_OBJECTS",
     "OGBENCH_IDS",
     "PALETTE",
@@ -94,7 +95,7 @@ def make_env(spec: TaskSpec | dict, **kwargs: Any) -> gym.Env:
     if not isinstance(spec, TaskSpec):
         raise ValueError(f"make_env expects a TaskSpec, got {type(spec).__name__}")
     if spec.embodiment == "fetch":
-        return gym.make(_FETCH_SKILL_IDS[spec.skill], task=spec, **kwargs)
+        return gym.make(FETCH_SKILL_IDS[spec.skill], task=spec, **kwargs)
     return gym.make("ecrl/Push-v0", task=spec, **kwargs)
 
 
@@ -112,11 +113,12 @@ for _name, _kwargs in _VARIANTS.items():
     if f"ecrl/{_name}" not in gym.registry:
         gym.register(f"ecrl/{_name}", entry_point="ecrl.envs.push:PushEnv", kwargs=_kwargs)
 
-_FETCH_SKILL_IDS = {"push": "ecrl/FetchPush-v0", "pick_place": "ecrl/FetchPickPlace-v0", "stack": "ecrl/FetchStack-v0"}
-FETCH_IDS: tuple[str, ...] = tuple(_FETCH_SKILL_IDS.values())
+FETCH_SKILL_IDS = {"push": "ecrl/FetchPush-v0", "pick_place": "ecrl/FetchPickPlace-v0", "stack": "ecrl/FetchStack-v0"}
+"""The Fetch arm's registered id per skill."""
+FETCH_IDS: tuple[str, ...] = tuple(FETCH_SKILL_IDS.values())
 """The Fetch arm's skills (:class:`FetchEnv`), 3 objects unless ``n_objects=`` (1 … 8) says otherwise."""
 
-for _skill, _id in _FETCH_SKILL_IDS.items():
+for _skill, _id in FETCH_SKILL_IDS.items():
     if _id not in gym.registry:
         gym.register(_id, entry_point="ecrl.envs.fetch:FetchEnv", kwargs={"skill": _skill})
 

@@ -25,6 +25,8 @@ from ecrl.envs.task import TaskDistribution, TaskSpec
 
 STACK_DISTANCE = 0.02
 """Default ``distance_threshold`` of ``stack``: below the 3 cm between two levels of the smallest objects."""
+ACTION_DIM = 4
+"""Width of the arm's actions: the gripper's displacement (x, y, z) and the fingers."""
 CONTACT_FORCE = 100.0
 """Newtons of finger touch force read as full contact (the agent row's contact column saturates at 1)."""
 
@@ -130,7 +132,7 @@ class FetchEnv(EntityGoalEnv):
         }
         self._agent_geoms = np.array([g for g in range(m.ngeom) if int(m.geom_bodyid[g]) in robot_bodies])
 
-        self._make_spaces(4)
+        self._make_spaces(ACTION_DIM)
         self._vel6 = np.zeros(6)
         self._bind_views()
 

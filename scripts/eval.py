@@ -47,6 +47,10 @@ Examples:
     # cube-double, -triple, -quadruple and -octuple, 50 episodes per task, in 2 processes
     ecrl-eval runs/cube2__diffusion__0__20250101-000000 --objects 2 3 4 8 --workers 2
 
+    # a planner trained on the Fetch arm's data (meta["env"] = "fetch", meta["skill"] = "pick_place"): the
+    # arm's pick-and-place on 1 … 4 objects, beside the arm's scripted expert on the same seeds
+    ecrl-eval runs/fetch_pick_place2 --objects 1 2 3 4
+
     # several evaluations in one plot of success vs N (see `ecrl-eval compare --help`)
     ecrl-eval compare results/diffusion_push3/longest results/diffusion_push3/focus2 \\
         --labels "all objects" "focus=2" --train-n 3 --out /tmp/focus_vs_all.png
@@ -55,10 +59,11 @@ Examples:
 from __future__ import annotations
 
 import csv
+import functools
 import shlex
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -67,8 +72,9 @@ import tyro
 
 import ecrl
 from ecrl.checkpoint import CheckpointError
+from ecrl.envs import MAX_OBJECTS
 from ecrl.envs import ogbench as ogb
-from ecrl.eval_configs import ENVS, check_action_dim, check_ogbench_settings
+from ecrl.eval_configs import ENVS, FETCH_MAX_OBJECTS, check_action_dim, check_ogbench_settings, check_skill
 from ecrl.eval_report import report_table, write_report
 from ecrl.evaluation import EVAL_SEED, ExpertPolicy, check_settings, evaluate
 from ecrl.focus import Focus
@@ -87,10 +93,12 @@ class Args:
 
     path: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="PATH")]
     """A run directory, a checkpoint directory (or one of its files), or `expert` for the scripted expert alone."""
-    env: Literal["push", "ogbench-cube"] | None = None
-    """Benchmark: the library's push env, or OGBench's cube tasks (its protocol); default: the policy's `meta["env"]`, else push."""
+    env: Literal["push", "fetch", "ogbench-cube"] | None = None
+    """Benchmark: the library's push env, the Fetch arm (`--skill`), or OGBench's cube tasks (its protocol); default: the policy's `meta["env"]`, else push."""
+    skill: str | None = None
+    """Fetch arm: push, pick_place or stack (default: the policy's `meta["skill"]`, else pick_place)."""
     objects: tuple[int, ...] | None = None
-    """Numbers of objects to evaluate (default: 1 2 3 4 6 8 12 on push; OGBench's sizes 1 2 3 4 8 on ogbench-cube)."""
+    """Numbers of objects to evaluate (default: 1 2 3 4 6 8 12 on push; 1 2 3 4 6 8 on fetch; OGBench's sizes 1 2 3 4 8 on ogbench-cube)."""
     tasks: tuple[int, ...] | None = None
     """OGBench cubes: OGBench's evaluation tasks (default: all five, 1 … 5)."""
     goal: str | None = None
@@ -147,14 +155,23 @@ def fixed_n_max(policy: Policy | ExpertPolicy) -> int | None:
     return None if n_max is None else int(n_max)
 
 
-DEFAULT_OBJECTS = {"push": (1, 2, 3, 4, 6, 8, 12), "ogbench-cube": tuple(ogb.CUBE_ENV_TYPES)}
+DEFAULT_OBJECTS = {
+    "push": (1, 2, 3, 4, 6, 8, 12),
+    "fetch": (1, 2, 3, 4, 6, 8),
+    "ogbench-cube": tuple(ogb.CUBE_ENV_TYPES),
+}
 """Numbers of objects evaluated when `--objects` is not given."""
+
+
+def env_of(args: Args, meta: dict) -> str:
+    """The benchmark: ``--env``, else the policy's ``meta["env"]``, else push."""
+    return args.env or meta.get("env") or "push"
 
 
 def resolve(args: Args, policy) -> tuple[tuple[int, ...], dict]:
     """Numbers of objects and :func:`evaluate` keywords: defaults from the policy's meta, then checked."""
     meta = policy.meta
-    env = args.env or meta.get("env") or "push"
+    env = env_of(args, meta)
     if env not in ENVS:
         raise ValueError(f"the policy's meta['env'] is {env!r}: expected one of {list(ENVS)} (or pass --env)")
     if env == "ogbench-cube" and args.path == EXPERT:
@@ -172,7 +189,11 @@ def resolve(args: Args, policy) -> tuple[tuple[int, ...], dict]:
             raise ValueError(f"this flat-MLP policy runs on at most {width} objects; got --objects {args.objects}")
         if dropped:
             print(f"note: flat-MLP policy (fixed width {width}): skipping N = {dropped}", file=sys.stderr)
-    kwargs = (push_settings if env == "push" else ogbench_settings)(args, meta, objects, n_max)
+    kwargs = (ogbench_settings if env == "ogbench-cube" else push_settings)(args, meta, objects, n_max)
+    if env == "fetch":
+        kwargs |= {"env": "fetch", "skill": check_skill(args.skill or meta.get("skill"))}
+    elif args.skill is not None:
+        raise ValueError(f"--skill {args.skill}: a skill of the Fetch arm; add --env fetch")
     check_workers(args.workers)
     return objects, {
         **kwargs,
@@ -187,7 +208,7 @@ def resolve(args: Args, policy) -> tuple[tuple[int, ...], dict]:
 
 
 def push_settings(args: Args, meta: dict, objects: tuple[int, ...], n_max: int | None) -> dict:
-    """The push keywords of :func:`evaluate`: goal and split from the policy's meta unless given, checked."""
+    """The push (and Fetch) keywords of :func:`evaluate`: goal and split from the policy's meta unless given, checked."""
     if args.tasks:
         raise ValueError(
             f"--tasks {' '.join(map(str, args.tasks))}: OGBench's evaluation tasks; add --env ogbench-cube"
@@ -196,7 +217,8 @@ def push_settings(args: Args, meta: dict, objects: tuple[int, ...], n_max: int |
     split = None if split in (None, "none") else split
     goal = args.goal or meta.get("goal") or "positions"
     parts = args.parts or (("train", "test") if split else ("train",))
-    check_settings(objects, goal, split, parts, args.episodes, n_max, args.batch_size)
+    most = FETCH_MAX_OBJECTS if env_of(args, meta) == "fetch" else MAX_OBJECTS
+    check_settings(objects, goal, split, parts, args.episodes, n_max, args.batch_size, max_objects=most)
     return {"goal": goal, "split": split, "parts": parts}
 
 
@@ -228,8 +250,9 @@ def run(args: Args, policy, objects: tuple[int, ...], kwargs: dict, command: str
     report = evaluate(
         policy if acting is None else acting, objects, video_dir=out / "videos" if args.video else None, **kwargs
     )
-    ceiling = args.expert and args.path != EXPERT and kwargs.get("env", "push") == "push"
-    expert = evaluate(ExpertPolicy, objects, **kwargs) if ceiling else None
+    env = kwargs.get("env", "push")
+    ceiling = args.expert and args.path != EXPERT and env in ("push", "fetch")
+    expert = evaluate(expert_source(env), objects, **kwargs) if ceiling else None
     write_report(report, out, command, expert=expert)
     run_dir = Path(args.path)
     if args.path != EXPERT and (run_dir / "tb" / "progress.csv").exists():
@@ -302,11 +325,16 @@ def policy_options(policy: Policy, items: Sequence[str]) -> dict:
     return dict(parse_assignment(item, types, "policy option") for item in items)
 
 
-def worker_source(args: Args, options: dict) -> type[ExpertPolicy] | PolicyLoader:
+def expert_source(env: str) -> Callable[[], ExpertPolicy]:
+    """What builds the scripted expert of ``env`` (push: the pusher's, fetch: the arm's), in any process."""
+    return functools.partial(ExpertPolicy, embodiment="fetch" if env == "fetch" else "pusher")
+
+
+def worker_source(args: Args, options: dict) -> Callable[[], ExpertPolicy] | PolicyLoader:
     """What each worker process builds its acting policy from (``--workers``): the policy at ``args.path``
     with ``options`` and the focus rule, or the scripted expert."""
     if args.path == EXPERT:
-        return ExpertPolicy
+        return expert_source(args.env or "push")
     return PolicyLoader(args.path, args.device, tuple(options.items()), args.focus, args.patience)
 
 
@@ -338,7 +366,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         return eval_compare.main(argv[1:])
     args = tyro.cli(Args, args=argv, prog="ecrl-eval", description=__doc__)
     with cli_errors("ecrl-eval", (CheckpointError, ValueError)):  # bad input: a clean message, not a traceback
-        policy, options = ExpertPolicy() if args.path == EXPERT else ecrl.load(args.path, device=args.device), {}
+        expert = args.path == EXPERT
+        policy, options = (
+            expert_source(args.env or "push")() if expert else ecrl.load(args.path, device=args.device),
+            {},
+        )
         if args.policy_options:
             if args.path == EXPERT:
                 raise ValueError("--policy-options needs a trained policy, not the scripted expert")

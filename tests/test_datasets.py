@@ -136,7 +136,7 @@ def test_expert_random_steps_are_flagged_not_dropped(tmp_path, monkeypatch):
             self.last_random = self._t % 7 == 0 and action.any()
             return action
 
-    monkeypatch.setattr(ecrl.rollout, "ScriptedExpert", Stalling)
+    monkeypatch.setitem(ecrl.rollout.EXPERTS, "pusher", Stalling)
     ep = DemoDataset(collect_dataset(tmp_path / "d", config(episodes=1)).path)[0]
     expected = [(k + 1) % 7 == 0 and a.any() for k, a in enumerate(ep.action)]
     assert ep.expert_random.tolist() == expected and any(expected)
