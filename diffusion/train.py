@@ -52,6 +52,7 @@ from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.warm_start import init_from, planner_denoisers
 from ecrl.distributed import World
 from ecrl.encoders import load_encoder
+from ecrl.eval_configs import resolve_skill
 from ecrl.eval_report import log_tensorboard, scalars
 from ecrl.evaluation import evaluate
 from ecrl.policy import Policy
@@ -88,7 +89,8 @@ def _dataset_task(path: Path) -> dict[str, Any]:
     config = read_meta(path)["collections"][0]["config"]
     env = config.get("env", "push")
     task = {"env": env, "goal": config["goal"], "split": config["split"], "n_objects": list(config["n_objects"])}
-    return task | ({"skill": config.get("skill") or "pick_place"} if env == "fetch" else {})
+    skill = resolve_skill(env, config.get("skill"))
+    return task | ({"skill": skill} if skill else {})
 
 
 def planner_policy(planner: DiffusionPlanner | HierarchicalPlanner, meta: dict[str, Any]) -> Policy:

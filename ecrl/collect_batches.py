@@ -23,7 +23,7 @@ from ecrl.envs import FETCH_SKILL_IDS, ogbench_data
 from ecrl.envs import ogbench as ogb
 from ecrl.envs.fetch import ACTION_DIM as FETCH_ACTION_DIM
 from ecrl.envs.scene import CAMERAS, MAIN_CAMERAS
-from ecrl.envs.task import EMBODIMENT_MAX_OBJECTS
+from ecrl.eval_configs import max_objects, resolve_skill
 from ecrl.evaluation import check_settings
 from ecrl.reporting import provenance
 from ecrl.rollout import BatchPolicy, ExpertPolicy, Recorder, Step, rollout
@@ -113,15 +113,9 @@ class CollectConfig:
             raise ValueError(f"random_actions must be a probability in [0, 1], got {self.random_actions}")
         if self.env not in ENVS:
             raise ValueError(f"unknown env {self.env!r}: expected one of {list(ENVS)}")
-        if self.env == "fetch":
-            self.skill = self.skill or "pick_place"
-            if self.skill not in FETCH_SKILL_IDS:
-                raise ValueError(f"unknown Fetch skill {self.skill!r}: expected one of {list(FETCH_SKILL_IDS)}")
-            most = EMBODIMENT_MAX_OBJECTS["fetch"]
-            if max(self.n_objects) > most:
-                raise ValueError(f"the Fetch arm holds 1 … {most} objects, got {list(self.n_objects)}")
-        elif self.skill not in (None, "push"):
-            raise ValueError(f"skill {self.skill!r} is a Fetch skill: pass --env fetch (the pusher only pushes)")
+        self.skill = resolve_skill(self.env, self.skill)
+        if self.env == "fetch" and max(self.n_objects) > max_objects("fetch"):
+            raise ValueError(f"the Fetch arm holds 1 … {max_objects('fetch')} objects, got {list(self.n_objects)}")
         if self.env == "ogbench-cube":
             for n in self.n_objects:
                 ogb.check_n_cubes(n)

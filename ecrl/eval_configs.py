@@ -35,10 +35,11 @@ __all__ = [
     "check_action_dim",
     "check_ogbench_settings",
     "check_settings",
-    "check_skill",
+    "max_objects",
     "ogbench_configs",
     "policy_action_dim",
     "push_configs",
+    "resolve_skill",
 ]
 
 ENVS = ("push", "fetch", "ogbench-cube")
@@ -153,15 +154,24 @@ def push_configs(
     return configs
 
 
-def check_skill(skill: str | None) -> str:
-    """The Fetch skill of an evaluation (default ``pick_place``), checked."""
+def resolve_skill(env: str, skill: str | None) -> str | None:
+    """The skill of tasks on ``env``, checked: the Fetch arm's (default ``pick_place``); ``None`` on the other
+    envs, which refuse a Fetch skill (the pusher only pushes, OGBench's cubes have their own tasks)."""
+    if env != "fetch":
+        if skill not in (None, "push"):
+            raise ValueError(
+                f"skill {skill!r} is a skill of the Fetch arm: pass --env fetch (env='fetch'), not {env!r}"
+            )
+        return None
     skill = skill or "pick_place"
     if skill not in FETCH_SKILL_IDS:
         raise ValueError(f"unknown Fetch skill {skill!r}: expected one of {list(FETCH_SKILL_IDS)}")
     return skill
 
 
-FETCH_MAX_OBJECTS = EMBODIMENT_MAX_OBJECTS["fetch"]
+def max_objects(env: str) -> int:
+    """The most objects an evaluation on ``env`` (push or fetch) holds."""
+    return EMBODIMENT_MAX_OBJECTS["fetch"] if env == "fetch" else MAX_OBJECTS
 
 
 def ogbench_configs(

@@ -50,19 +50,18 @@ import gymnasium as gym
 import numpy as np
 from tqdm import tqdm
 
-from ecrl.envs import MAX_OBJECTS
 from ecrl.envs import ogbench as ogb
 from ecrl.eval_configs import (
     ENVS,
-    FETCH_MAX_OBJECTS,
     PARTS,  # noqa: F401  (re-exported)
     EvalConfig,
     check_action_dim,
     check_ogbench_settings,
     check_settings,
-    check_skill,
+    max_objects,
     ogbench_configs,
     push_configs,
+    resolve_skill,
 )
 from ecrl.parallel import build_policy, check_workers, run_tasks, worker_bar, worker_policy
 from ecrl.reporting import (
@@ -266,13 +265,10 @@ def evaluate(
             raise ValueError(
                 f"tasks and max_steps are options of env='ogbench-cube'; {env} has split parts and horizons"
             )
-        if env == "push" and skill not in (None, "push"):
-            raise ValueError(f"skill {skill!r} is a Fetch skill: pass env='fetch' (the pusher only pushes)")
-        skill = check_skill(skill) if env == "fetch" else None
+        skill = resolve_skill(env, skill)
         parts = ["train"] if parts is None else list(parts)
         n_objects = [int(n) for n in n_objects]
-        most = FETCH_MAX_OBJECTS if env == "fetch" else MAX_OBJECTS
-        check_settings(n_objects, goal, split, parts, episodes, n_max, batch_size, video_every, most)
+        check_settings(n_objects, goal, split, parts, episodes, n_max, batch_size, video_every, max_objects(env))
         configs = push_configs(n_objects, goal, split, parts, n_max, pixels, skill)
         settings = {"env": env, "n_objects": n_objects, "goal": goal, "split": split, "parts": parts}
         settings |= {"episodes": episodes, "seed": seed, "n_max": n_max, "stop_on_success": stop_on_success}

@@ -72,9 +72,8 @@ import tyro
 
 import ecrl
 from ecrl.checkpoint import CheckpointError
-from ecrl.envs import MAX_OBJECTS
 from ecrl.envs import ogbench as ogb
-from ecrl.eval_configs import ENVS, FETCH_MAX_OBJECTS, check_action_dim, check_ogbench_settings, check_skill
+from ecrl.eval_configs import ENVS, check_action_dim, check_ogbench_settings, max_objects, resolve_skill
 from ecrl.eval_report import report_table, write_report
 from ecrl.evaluation import EVAL_SEED, ExpertPolicy, check_settings, evaluate
 from ecrl.focus import Focus
@@ -190,10 +189,9 @@ def resolve(args: Args, policy) -> tuple[tuple[int, ...], dict]:
         if dropped:
             print(f"note: flat-MLP policy (fixed width {width}): skipping N = {dropped}", file=sys.stderr)
     kwargs = (ogbench_settings if env == "ogbench-cube" else push_settings)(args, meta, objects, n_max)
-    if env == "fetch":
-        kwargs |= {"env": "fetch", "skill": check_skill(args.skill or meta.get("skill"))}
-    elif args.skill is not None:
-        raise ValueError(f"--skill {args.skill}: a skill of the Fetch arm; add --env fetch")
+    skill = resolve_skill(env, args.skill or (meta.get("skill") if env == "fetch" else None))
+    if skill is not None:
+        kwargs |= {"env": "fetch", "skill": skill}
     check_workers(args.workers)
     return objects, {
         **kwargs,
@@ -217,7 +215,7 @@ def push_settings(args: Args, meta: dict, objects: tuple[int, ...], n_max: int |
     split = None if split in (None, "none") else split
     goal = args.goal or meta.get("goal") or "positions"
     parts = args.parts or (("train", "test") if split else ("train",))
-    most = FETCH_MAX_OBJECTS if env_of(args, meta) == "fetch" else MAX_OBJECTS
+    most = max_objects(env_of(args, meta))
     check_settings(objects, goal, split, parts, args.episodes, n_max, args.batch_size, max_objects=most)
     return {"goal": goal, "split": split, "parts": parts}
 

@@ -75,7 +75,7 @@ def test_evaluate_runs_the_fetch_skills_with_their_ids_horizons_and_checks():
     assert stack.settings["skill"] == "stack"
     with pytest.raises(ValueError, match="2-D ones"):  # the pusher's expert on the arm
         evaluate(ExpertPolicy(), [1], env="fetch", episodes=1, progress=False)
-    with pytest.raises(ValueError, match="pass env='fetch'"):
+    with pytest.raises(ValueError, match="env='fetch'"):
         evaluate(ExpertPolicy(), [1], skill="pick_place", episodes=1, progress=False)
     with pytest.raises(ValueError, match="in 1 … 8"):
         evaluate(ExpertPolicy(embodiment="fetch"), [9], env="fetch", episodes=1, progress=False)
@@ -95,7 +95,7 @@ def test_ecrl_eval_runs_the_fetch_expert_and_refuses_a_skill_on_push(tmp_path, c
     assert data["settings"]["env"] == "fetch" and data["settings"]["skill"] == "push"
     with pytest.raises(SystemExit):
         main(["expert", "--skill", "stack", "--objects", "1", "--episodes", "1", "--out", str(tmp_path / "x")])
-    assert "add --env fetch" in capsys.readouterr().err
+    assert "pass --env fetch" in capsys.readouterr().err
 
 
 def test_a_planner_trained_on_fetch_data_plans_the_arms_spatial_state_and_is_evaluated_there(fetch_data, tmp_path):
