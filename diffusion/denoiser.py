@@ -214,13 +214,16 @@ class DenoiserConfig:
         state: the dynamic state planned from state rows: ``"planar"`` (x, y, yaw: the push tasks)
             or ``"spatial"`` (x, y, z, yaw and the gripper: lifting and stacking, e.g. OGBench's
             cubes). Set by training from the dataset's env, like ``entity_dim`` from an encoder.
-        relative_goals: when an entity reads the goals (the denoiser's first attention), each goal's
+        goal_offsets: when an entity reads the goals (the denoiser's first attention), each goal's
             key and value also carry that goal's offset from the entity (goal position minus the
             entity's current position, in the planned axes: x, y, or x, y, z for ``spatial``), as
-            ``[d, asinh(12.5 d)]`` of the normalised offset ``d`` (× 4; 1 cm gives 0.48, 10 cm 2.3): millimetres to metres on an O(1)
-            scale. Without it an entity compares absolute positions through its embeddings, which
+            ``[d, asinh(12.5 d)]`` of the normalised offset ``d`` (× 4; 1 cm gives 0.48, 10 cm 2.3):
+            millimetres to metres on an O(1) scale. Without it an entity compares absolute positions through its embeddings, which
             resolved offsets of a few centimetres only (the Fetch arm's planner stopped 3-5 cm short
-            of in-air targets). State rows only (``entity_dim == 0``).
+            of in-air targets). State rows only (``entity_dim == 0``). Not the retired
+            ``relative_goals`` (a separate relative-position attention, rejected on push-3: see
+            ``results/diffusion_push3/README.md``): here the offset is added to the goal token the
+            entity already reads, compressed so that centimetres stay visible beside metres.
     """
 
     width: int = 32
@@ -233,7 +236,7 @@ class DenoiserConfig:
     noise_schedule: str = "cosine"
     entity_dim: int = 0
     state: str = "planar"
-    relative_goals: bool = False
+    goal_offsets: bool = False
 
     def __post_init__(self) -> None:
         sizes = (self.width, self.heads, self.blocks, self.mlp_ratio, self.horizon, self.action_dim)
@@ -247,8 +250,8 @@ class DenoiserConfig:
             raise ValueError(f"entity_dim must be 0 (state rows) or a row width > 0, got {self.entity_dim}")
         if self.state not in STATES:
             raise ValueError(f"state must be one of {list(STATES)}, got {self.state!r}")
-        if self.relative_goals and self.entity_dim:
-            raise ValueError("relative_goals needs state rows (entity_dim == 0): generic rows have no known position")
+        if self.goal_offsets and self.entity_dim:
+            raise ValueError("goal_offsets needs state rows (entity_dim == 0): generic rows have no known position")
 
     @property
     def static_dim(self) -> int:
@@ -358,7 +361,7 @@ class EntityDenoiser(nn.Module):
         self.embed_goal = mlp([GOAL_DIM, w, w])
         self.entity_goals = AttentionBlock(w, config.heads, config.mlp_ratio)
         self.offset_axes = 3 if config.state == "spatial" else 2
-        self.embed_offset = mlp([2 * self.offset_axes, w, w]) if config.relative_goals else None
+        self.embed_offset = mlp([2 * self.offset_axes, w, w]) if config.goal_offsets else None
         # Stands in for every goal row when the goal is dropped (classifier-free guidance).
         self.null_goal = nn.Parameter(torch.zeros(w))
         # Learned, from a sinusoidal start: distinct steps from the first update, free to adapt.
@@ -436,7 +439,7 @@ class EntityDenoiser(nn.Module):
         if self.embed_offset is None:
             entity = self.entity_goals(entity, goal_tokens, goal_mask)
         else:
-            entity = self._read_goals_relative(entity, states[:, 0], goals, goal_tokens, goal_mask, drop_goal)
+            entity = self._read_goals_with_offsets(entity, states[:, 0], goals, goal_tokens, goal_mask, drop_goal)
         entity_tokens = state_embedding + entity[:, None] + step[:, None]
         x = torch.cat(
             [
@@ -463,7 +466,7 @@ class EntityDenoiser(nn.Module):
         out_actions = self.head_action(x[:, n_state : n_state + horizon])
         return out_states * mask[:, None, :, None], out_actions
 
-    def _read_goals_relative(
+    def _read_goals_with_offsets(
         self,
         entity: torch.Tensor,
         current: torch.Tensor,

@@ -25,8 +25,8 @@ from ecrl.diffusion import (
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
 
 TINY = DenoiserConfig(width=32, heads=2, blocks=2, horizon=6)
-RELATIVE = DenoiserConfig(width=32, heads=2, blocks=2, horizon=6, relative_goals=True)
-both_goal_reads = pytest.mark.parametrize("config", [TINY, RELATIVE], ids=["absolute", "relative_goals"])
+OFFSETS = DenoiserConfig(width=32, heads=2, blocks=2, horizon=6, goal_offsets=True)
+both_goal_reads = pytest.mark.parametrize("config", [TINY, OFFSETS], ids=["absolute", "goal_offsets"])
 F = ENTITY_FIELDS
 
 
@@ -351,19 +351,19 @@ def test_goal_dropout_and_guidance(config):
     assert not torch.allclose(plain.states, strong.states)
 
 
-def test_relative_goals_read_the_offset_from_each_entity_to_each_goal():
+def test_goal_offsets_read_the_offset_from_each_entity_to_each_goal():
     """The offsets enter only the entities' read of the goals, and only where the goal is kept."""
-    model = _randomised(RELATIVE)
-    x = _inputs(RELATIVE, n_objects=2, m=2)
+    model = _randomised(OFFSETS)
+    x = _inputs(OFFSETS, n_objects=2, m=2)
     states, actions = model(**x)
     # The same weights with the offset MLP silenced read the goals as the absolute model does.
-    plain = EntityDenoiser(RELATIVE).eval()
+    plain = EntityDenoiser(OFFSETS).eval()
     plain.load_state_dict(model.state_dict())
     with torch.no_grad():
         for p in plain.embed_offset.parameters():
             p.zero_()
     assert not torch.allclose(plain(**x)[1], actions)
-    spatial = DenoiserConfig(width=32, heads=2, blocks=1, horizon=3, state="spatial", relative_goals=True)
+    spatial = DenoiserConfig(width=32, heads=2, blocks=1, horizon=3, state="spatial", goal_offsets=True)
     assert _randomised(spatial).embed_offset[0].in_features == 6  # x, y, z offsets and their asinh
-    with pytest.raises(ValueError, match="relative_goals needs state rows"):
-        DenoiserConfig(entity_dim=8, relative_goals=True)
+    with pytest.raises(ValueError, match="goal_offsets needs state rows"):
+        DenoiserConfig(entity_dim=8, goal_offsets=True)
