@@ -41,7 +41,7 @@ from ecrl import checkpoint
 from ecrl.attention import AttentionBlock, MultiHeadAttention, mlp
 from ecrl.checkpoint import CheckpointFormat, config_from, register_builder
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
-from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_PRESENT, ENTITY_XY, GOAL_POSITION
+from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_PRESENT, ENTITY_XY
 from ecrl.retired import drop_retired
 
 __all__ = [
@@ -214,16 +214,6 @@ class DenoiserConfig:
         state: the dynamic state planned from state rows: ``"planar"`` (x, y, yaw: the push tasks)
             or ``"spatial"`` (x, y, z, yaw and the gripper: lifting and stacking, e.g. OGBench's
             cubes). Set by training from the dataset's env, like ``entity_dim`` from an encoder.
-        goal_offsets: when an entity reads the goals (the denoiser's first attention), each goal's
-            key and value also carry that goal's offset from the entity (goal position minus the
-            entity's current position, in the planned axes: x, y, or x, y, z for ``spatial``), as
-            ``[d, asinh(12.5 d)]`` of the normalised offset ``d`` (× 4; 1 cm gives 0.48, 10 cm 2.3):
-            millimetres to metres on an O(1) scale. Without it an entity compares absolute positions through its embeddings, which
-            resolved offsets of a few centimetres only (the Fetch arm's planner stopped 3-5 cm short
-            of in-air targets). State rows only (``entity_dim == 0``). Not the retired
-            ``relative_goals`` (a separate relative-position attention, rejected on push-3: see
-            ``results/diffusion_push3/README.md``): here the offset is added to the goal token the
-            entity already reads, compressed so that centimetres stay visible beside metres.
     """
 
     width: int = 32
@@ -236,7 +226,6 @@ class DenoiserConfig:
     noise_schedule: str = "cosine"
     entity_dim: int = 0
     state: str = "planar"
-    goal_offsets: bool = False
 
     def __post_init__(self) -> None:
         sizes = (self.width, self.heads, self.blocks, self.mlp_ratio, self.horizon, self.action_dim)
@@ -250,8 +239,6 @@ class DenoiserConfig:
             raise ValueError(f"entity_dim must be 0 (state rows) or a row width > 0, got {self.entity_dim}")
         if self.state not in STATES:
             raise ValueError(f"state must be one of {list(STATES)}, got {self.state!r}")
-        if self.goal_offsets and self.entity_dim:
-            raise ValueError("goal_offsets needs state rows (entity_dim == 0): generic rows have no known position")
 
     @property
     def static_dim(self) -> int:
@@ -360,8 +347,6 @@ class EntityDenoiser(nn.Module):
         self.embed_action = mlp([config.action_dim, w, w])
         self.embed_goal = mlp([GOAL_DIM, w, w])
         self.entity_goals = AttentionBlock(w, config.heads, config.mlp_ratio)
-        self.offset_axes = 3 if config.state == "spatial" else 2
-        self.embed_offset = mlp([2 * self.offset_axes, w, w]) if config.goal_offsets else None
         # Stands in for every goal row when the goal is dropped (classifier-free guidance).
         self.null_goal = nn.Parameter(torch.zeros(w))
         # Learned, from a sinusoidal start: distinct steps from the first update, free to adapt.
@@ -435,11 +420,7 @@ class EntityDenoiser(nn.Module):
             first[:, 0] = True
             goal_mask = torch.where(dropped, first, goal_mask)
         # Each entity, as it is now, reads the goals.
-        entity = self.embed_static(static) + state_embedding[:, 0]
-        if self.embed_offset is None:
-            entity = self.entity_goals(entity, goal_tokens, goal_mask)
-        else:
-            entity = self._read_goals_with_offsets(entity, states[:, 0], goals, goal_tokens, goal_mask, drop_goal)
+        entity = self.entity_goals(self.embed_static(static) + state_embedding[:, 0], goal_tokens, goal_mask)
         entity_tokens = state_embedding + entity[:, None] + step[:, None]
         x = torch.cat(
             [
@@ -465,30 +446,6 @@ class EntityDenoiser(nn.Module):
         out_states = rearrange(self.head_state(x[:, :n_state]), "b (t n) d -> b t n d", t=steps)
         out_actions = self.head_action(x[:, n_state : n_state + horizon])
         return out_states * mask[:, None, :, None], out_actions
-
-    def _read_goals_with_offsets(
-        self,
-        entity: torch.Tensor,
-        current: torch.Tensor,
-        goals: torch.Tensor,
-        goal_tokens: torch.Tensor,
-        goal_mask: torch.Tensor,
-        drop_goal: torch.Tensor | None,
-    ) -> torch.Tensor:
-        """Each entity ``(B, N, C)`` attends to its own copy of the goal tokens, each plus the goal's offset from it.
-
-        ``current``: ``(B, N, D)`` normalised step-0 states, whose first axes are the planned position.
-        Where the goal is dropped, the (null) goal tokens get no offset: the offsets would carry the goal.
-        """
-        (b, n, c), m, p = entity.shape, goal_tokens.shape[1], self.offset_axes
-        d = goals[:, None, :, GOAL_POSITION][..., :p] - current[:, :, None, :p]  # (B, N, M, p), × POSITION_SCALE
-        pairs = goal_tokens[:, None] + self.embed_offset(torch.cat([d, torch.asinh(12.5 * d)], dim=-1))
-        if drop_goal is not None:
-            pairs = torch.where(drop_goal[:, None, None, None], goal_tokens[:, None].expand_as(pairs), pairs)
-        out = self.entity_goals(
-            entity.reshape(b * n, 1, c), pairs.reshape(b * n, m, c), goal_mask.repeat_interleave(n, 0)
-        )
-        return out.view(b, n, c)
 
 
 register_builder("entity_denoiser")(EntityDenoiser.from_fields)

@@ -40,6 +40,7 @@ _PUSH3 = "results/diffusion_push3/README.md"
 _PUSH2 = "results/rl_push2/README.md"
 _ENTITY_GOALS = Retired(True, _PUSH3)
 _RELATIVE_GOALS = Retired(False, _PUSH3)
+_FETCH_PP2 = "results/fetch_pick_place2/README.md"
 _FOCUS = (
     "a model no longer chooses the objects it sees: remove the option from the saved kwargs (policy.json) and "
     "wrap the loaded policy in ecrl.focus.Focus(policy, k={value}) (ecrl-eval --focus {value})"
@@ -56,7 +57,11 @@ RETIRED: dict[str, dict[str, Retired]] = {
         "particle_scale": Retired(0.0, _ENCODER_ABLATION),
         "colour_detail": Retired(0.5, "results/encoders/top_close/README.md"),
     },
-    "ecrl.diffusion.denoiser:DenoiserConfig": {"entity_goals": _ENTITY_GOALS, "relative_goals": _RELATIVE_GOALS},
+    "ecrl.diffusion.denoiser:DenoiserConfig": {
+        "entity_goals": _ENTITY_GOALS,
+        "relative_goals": _RELATIVE_GOALS,
+        "goal_offsets": Retired(False, _FETCH_PP2),
+    },
     "ecrl.diffusion.config:DiffusionTrainConfig": {
         "entity_goals": _ENTITY_GOALS,
         "relative_goals": _RELATIVE_GOALS,

@@ -25,8 +25,6 @@ from ecrl.diffusion import (
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
 
 TINY = DenoiserConfig(width=32, heads=2, blocks=2, horizon=6)
-OFFSETS = DenoiserConfig(width=32, heads=2, blocks=2, horizon=6, goal_offsets=True)
-both_goal_reads = pytest.mark.parametrize("config", [TINY, OFFSETS], ids=["absolute", "goal_offsets"])
 F = ENTITY_FIELDS
 
 
@@ -98,10 +96,9 @@ def test_split_and_join_rows_round_trip():
     assert back[:, :, 4:].abs().max() == 0  # padded rows stay all zero
 
 
-@both_goal_reads
-def test_denoiser_is_permutation_equivariant_over_entities_and_invariant_over_goals(config):
-    model = _randomised(config)
-    x = _inputs(config, n_objects=4, m=4)
+def test_denoiser_is_permutation_equivariant_over_entities_and_invariant_over_goals():
+    model = _randomised()
+    x = _inputs(TINY, n_objects=4, m=4)
     states, actions = model(**x)
     perm, goal_perm = torch.tensor([3, 0, 4, 2, 1]), torch.tensor([2, 3, 1, 0])
     permuted = dict(x, states=x["states"][:, :, perm], static=x["static"][:, perm], goals=x["goals"][:, goal_perm])
@@ -110,10 +107,9 @@ def test_denoiser_is_permutation_equivariant_over_entities_and_invariant_over_go
     torch.testing.assert_close(p_actions, actions, atol=1e-5, rtol=1e-5)
 
 
-@both_goal_reads
-def test_padded_entities_and_goals_change_nothing(config):
-    model = _randomised(config)
-    x = _inputs(config, n_objects=2, m=2)
+def test_padded_entities_and_goals_change_nothing():
+    model = _randomised()
+    x = _inputs(TINY, n_objects=2, m=2)
     states, actions = model(**x)
     batch, steps = x["states"].shape[:2]
     garbage = lambda *shape: torch.randn(*shape) * 100  # noqa: E731 - padded rows may hold anything
@@ -331,10 +327,9 @@ def test_ema_tracks_weights_and_round_trips_through_safetensors(tmp_path):
     assert restored.updates == 50 and torch.equal(next(restored.model.parameters()), avg)
 
 
-@both_goal_reads
-def test_goal_dropout_and_guidance(config):
+def test_goal_dropout_and_guidance():
     """A dropped goal is the null token whatever the goal rows say; guidance 1 is the conditional model."""
-    model = _randomised(config)
+    model = _randomised()
     obs, goals = _rows(2, 1, 2)[:, 0], _goals(2, 2)
     states, actions = torch.randn(2, model.config.horizon + 1, 3, 4), torch.randn(2, model.config.horizon, 2)
     static = split_rows(obs[:, None])[0]
@@ -349,21 +344,3 @@ def test_goal_dropout_and_guidance(config):
     torch.testing.assert_close(plain.states, guided.states)
     strong = sample(model, obs, goals, steps=3, generator=torch.Generator().manual_seed(0), guidance=3.0)
     assert not torch.allclose(plain.states, strong.states)
-
-
-def test_goal_offsets_read_the_offset_from_each_entity_to_each_goal():
-    """The offsets enter only the entities' read of the goals, and only where the goal is kept."""
-    model = _randomised(OFFSETS)
-    x = _inputs(OFFSETS, n_objects=2, m=2)
-    states, actions = model(**x)
-    # The same weights with the offset MLP silenced read the goals as the absolute model does.
-    plain = EntityDenoiser(OFFSETS).eval()
-    plain.load_state_dict(model.state_dict())
-    with torch.no_grad():
-        for p in plain.embed_offset.parameters():
-            p.zero_()
-    assert not torch.allclose(plain(**x)[1], actions)
-    spatial = DenoiserConfig(width=32, heads=2, blocks=1, horizon=3, state="spatial", goal_offsets=True)
-    assert _randomised(spatial).embed_offset[0].in_features == 6  # x, y, z offsets and their asinh
-    with pytest.raises(ValueError, match="goal_offsets needs state rows"):
-        DenoiserConfig(entity_dim=8, goal_offsets=True)
