@@ -23,7 +23,7 @@ from ecrl.envs import FETCH_SKILL_IDS, ogbench_data
 from ecrl.envs import ogbench as ogb
 from ecrl.envs.fetch import ACTION_DIM as FETCH_ACTION_DIM
 from ecrl.envs.scene import CAMERAS, MAIN_CAMERAS
-from ecrl.eval_configs import max_objects, resolve_skill
+from ecrl.eval_configs import embodiment_of, max_objects, resolve_skill
 from ecrl.evaluation import check_settings
 from ecrl.reporting import provenance
 from ecrl.rollout import BatchPolicy, ExpertPolicy, Recorder, Step, rollout
@@ -314,8 +314,7 @@ def acting_policy(config: CollectConfig, policy: BatchPolicy | None) -> _Collect
     """The acting policy of ``config``: ``policy``, else OGBench's play oracle or the scripted expert (the
     pusher's, or the Fetch arm's)."""
     if policy is None:
-        embodiment = "fetch" if config.env == "fetch" else "pusher"
-        policy = ogb.CubePlayOracle() if config.play else ExpertPolicy(embodiment=embodiment)
+        policy = ogb.CubePlayOracle() if config.play else ExpertPolicy(embodiment=embodiment_of(config.env))
     return _Collecting(policy, config.random_actions)
 
 

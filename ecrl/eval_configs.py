@@ -35,6 +35,7 @@ __all__ = [
     "check_action_dim",
     "check_ogbench_settings",
     "check_settings",
+    "embodiment_of",
     "max_objects",
     "ogbench_configs",
     "policy_action_dim",
@@ -167,6 +168,11 @@ def resolve_skill(env: str, skill: str | None) -> str | None:
     if skill not in FETCH_SKILL_IDS:
         raise ValueError(f"unknown Fetch skill {skill!r}: expected one of {list(FETCH_SKILL_IDS)}")
     return skill
+
+
+def embodiment_of(env: str) -> str:
+    """The embodiment acting on ``env`` (push or fetch), as :class:`ecrl.rollout.ExpertPolicy` names it."""
+    return "fetch" if env == "fetch" else "pusher"
 
 
 def max_objects(env: str) -> int:

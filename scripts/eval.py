@@ -73,7 +73,7 @@ import tyro
 import ecrl
 from ecrl.checkpoint import CheckpointError
 from ecrl.envs import ogbench as ogb
-from ecrl.eval_configs import ENVS, check_action_dim, check_ogbench_settings, max_objects, resolve_skill
+from ecrl.eval_configs import ENVS, check_action_dim, check_ogbench_settings, embodiment_of, max_objects, resolve_skill
 from ecrl.eval_report import report_table, write_report
 from ecrl.evaluation import EVAL_SEED, ExpertPolicy, check_settings, evaluate
 from ecrl.focus import Focus
@@ -325,7 +325,7 @@ def policy_options(policy: Policy, items: Sequence[str]) -> dict:
 
 def expert_source(env: str) -> Callable[[], ExpertPolicy]:
     """What builds the scripted expert of ``env`` (push: the pusher's, fetch: the arm's), in any process."""
-    return functools.partial(ExpertPolicy, embodiment="fetch" if env == "fetch" else "pusher")
+    return functools.partial(ExpertPolicy, embodiment=embodiment_of(env))
 
 
 def worker_source(args: Args, options: dict) -> Callable[[], ExpertPolicy] | PolicyLoader:
@@ -365,12 +365,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = tyro.cli(Args, args=argv, prog="ecrl-eval", description=__doc__)
     with cli_errors("ecrl-eval", (CheckpointError, ValueError)):  # bad input: a clean message, not a traceback
         expert = args.path == EXPERT
-        policy, options = (
-            expert_source(args.env or "push")() if expert else ecrl.load(args.path, device=args.device),
-            {},
-        )
+        policy = expert_source(args.env or "push")() if expert else ecrl.load(args.path, device=args.device)
+        options = {}
         if args.policy_options:
-            if args.path == EXPERT:
+            if expert:
                 raise ValueError("--policy-options needs a trained policy, not the scripted expert")
             options = policy_options(policy, args.policy_options)
             policy = policy.with_options(**options)
