@@ -1,4 +1,12 @@
-"""Experiment: attention logits scaled by log(keys)/log(keys at training) (SSMax-like), at inference."""
+"""``ecrl-eval`` with a denoiser's attention logits scaled by ``(log keys / log reference keys) ** SCALE_POW``.
+
+An inference-only trial (SSMax-like): queries are multiplied by that factor, so attention over more
+tokens than in training is sharpened and at the training size nothing changes. Every attention runs
+through the plain path (``FAST_PATH_MIN_ROWS`` raised), the same function as the fast path.
+Environment: ``SCALE_KINDS`` (comma-separated: ``goal`` for the entity-goal attention, ``self`` for the
+blocks' attention; ``none`` for neither), ``SCALE_POW`` (default 1), ``REF_GOAL`` / ``REF_SELF`` (the
+keys at N = 3: 3 goals; 4 entities x 5 steps + 4 actions + 3 goals = 27).
+"""
 
 import math
 import os
