@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 
 from ecrl import distributed
 from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
-from ecrl.datasets import DemoDataset, read_meta, recolour_windows
+from ecrl.datasets import DemoDataset, add_placed_objects, read_meta, recolour_windows
 from ecrl.diffusion.config import DiffusionTrainConfig
 from ecrl.diffusion.ema import EMA
 from ecrl.diffusion.hierarchical import HierarchicalPlanner, segment_windows, subgoal_windows
@@ -165,6 +165,7 @@ class _Trainer:
         hindsight = {"hindsight": config.hindsight} if getattr(dataset, "play", False) else {}
 
         def tensors(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+            batch = add_placed_objects(batch, rng, config.placed_objects) if config.placed_objects else batch
             batch = recolour_windows(batch, rng) if config.recolour else batch
             return {k: torch.as_tensor(np.ascontiguousarray(v), device=self.device) for k, v in batch.items()}
 

@@ -37,9 +37,10 @@ from ecrl.dataset_format import (
 )
 from ecrl.envs import ENTITY_DIM, GOAL_DIM, TaskSpec
 from ecrl.envs import ogbench as ogb
-from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_FIELDS, GOAL_COLOUR, GOAL_POSITION
+from ecrl.envs.layout import AGENT_GRIPPER, ENTITY_FIELDS, GOAL_COLOUR, GOAL_FIELDS, GOAL_POSITION
 
 __all__ = [
+    "add_placed_objects",
     "ACTION_DIM",
     "FORMAT",
     "VERSION",
@@ -55,10 +56,12 @@ __all__ = [
     "import_ogbench_dataset",
     "read_meta",
     "recolour_windows",
+    "PLACED_CLEARANCE",
 ]
 
 _COLOUR = ENTITY_FIELDS["colour"]
 _VELOCITY, _CONTACT = ENTITY_FIELDS["velocity"], AGENT_GRIPPER.start + 1
+_POSITION, _SIZE, _RANK = ENTITY_FIELDS["position"], ENTITY_FIELDS["size"], GOAL_FIELDS["rank"].start
 PLACEMENT_SPEED = 0.01
 """m/s: every object slower than this is at rest (:meth:`DemoDataset.placements`)."""
 PLACEMENT_CONTACT = 0.1
@@ -91,6 +94,79 @@ def recolour_windows(batch: dict[str, np.ndarray], rng: np.random.Generator) -> 
     out["achieved_goal"], out["desired_goal"] = batch["achieved_goal"].copy(), batch["desired_goal"].copy()
     out["achieved_goal"][..., GOAL_COLOUR] = colour[:, None]
     out["desired_goal"][..., GOAL_COLOUR] = colour
+    return out
+
+
+PLACED_CLEARANCE = 0.08
+"""Least horizontal distance (m) of an object added by :func:`add_placed_objects` from every entity of its
+window, at every step, and from every goal: it must stay out of the demonstration's way."""
+
+
+def add_placed_objects(batch: dict[str, np.ndarray], rng: np.random.Generator, most: int) -> dict[str, np.ndarray]:
+    """``batch`` (windows of :meth:`DemoDataset.windows`) with up to ``most`` objects added per window, each
+    already at its goal and left alone for the whole window.
+
+    A demonstration with N objects ends when its N objects are placed, so a planner trained on it can
+    learn "N placed" as the end of its task instead of "every object placed", and stop early with
+    more objects (seen on the Fetch arm: trained with two, it stopped after two of three). An added
+    object is one that the demonstration would not have touched: the number of objects per window
+    varies while every window stays what the expert did (with objects at rest beside it).
+
+    Each window gets ``k`` objects, ``k`` uniform in ``0 … most``: a copy of an object resting on the
+    table (height equal to its half height) in another window of the batch, at that object's place,
+    its velocity zero, its goal row its own achieved goal. A copy is kept only where it is at least
+    :data:`PLACED_CLEARANCE` (horizontally) from every entity of the window at every step and from every
+    goal; otherwise fewer are added. Windows with ranked goals (towers) get none: their goal rows'
+    order would have to change. Rows ``1 + n … n + k`` of each window (after its ``n`` objects) hold them;
+    the arrays grow by ``most`` padded rows.
+    """
+    if most < 0:
+        raise ValueError(f"most must be >= 0 objects, got {most}")
+    obs, goal_mask = batch["observation"], batch["goal_mask"]
+    b = obs.shape[0]
+    out = dict(batch)
+    grow = lambda x, axis: np.concatenate([x, np.zeros((*x.shape[:axis], most, *x.shape[axis + 1 :]), x.dtype)], axis)  # noqa: E731
+    out["observation"], out["achieved_goal"] = grow(obs, 2), grow(batch["achieved_goal"], 2)
+    out["desired_goal"], out["mask"], out["goal_mask"] = (
+        grow(batch["desired_goal"], 1),
+        grow(batch["mask"], 1),
+        grow(goal_mask, 1),
+    )
+    out["n_objects"] = batch["n_objects"].copy()
+    # Candidates: objects resting on the table at their window's first step.
+    first = obs[:, 0, 1:]
+    resting = goal_mask & (np.abs(first[..., _POSITION.start + 2] - first[..., _SIZE.start + 2]) < 0.005)
+    resting &= np.linalg.norm(first[..., _VELOCITY], axis=-1) < PLACEMENT_SPEED
+    pool = np.argwhere(resting)  # (C, 2): window, object
+    ranked = (batch["desired_goal"][..., _RANK] != 0).any(1)
+    if len(pool) == 0 or most == 0:
+        return out
+    xy = slice(_POSITION.start, _POSITION.start + 2)
+    for w in range(b):
+        k = int(rng.integers(0, most + 1))
+        if k == 0 or ranked[w]:
+            continue
+        n = int(batch["n_objects"][w])
+        live = obs[w][:, batch["mask"][w], xy].reshape(-1, 2)
+        taken = np.concatenate([live, batch["desired_goal"][w, goal_mask[w], GOAL_POSITION][:, :2]])
+        for c in rng.permutation(len(pool))[: 4 * k]:
+            if k == 0:
+                break
+            v, i = pool[c]
+            if v == w:
+                continue
+            spot = first[v, i, xy]
+            if np.linalg.norm(taken - spot, axis=1).min() < PLACED_CLEARANCE:
+                continue
+            row = first[v, i].copy()
+            row[_VELOCITY] = 0.0
+            out["observation"][w, :, 1 + n] = row
+            out["achieved_goal"][w, :, n] = batch["achieved_goal"][v, 0, i]
+            out["desired_goal"][w, n] = batch["achieved_goal"][v, 0, i]
+            out["mask"][w, 1 + n], out["goal_mask"][w, n] = True, True
+            taken = np.concatenate([taken, spot[None]])
+            n, k = n + 1, k - 1
+        out["n_objects"][w] = n
     return out
 
 

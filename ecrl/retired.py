@@ -66,7 +66,6 @@ RETIRED: dict[str, dict[str, Retired]] = {
         "entity_goals": _ENTITY_GOALS,
         "relative_goals": _RELATIVE_GOALS,
         "still_objects": Retired(0, _PUSH3),
-        "placed_objects": Retired(0, _FETCH_PP2),
         "still_clearance": Retired(ANY, _PUSH3),
     },
     "ecrl.diffusion.planner:DiffusionPlanner": {

@@ -9,8 +9,17 @@ import torch
 
 import ecrl.datasets
 import ecrl.rollout
-from ecrl.datasets import CollectConfig, DatasetError, DemoDataset, collect_dataset
+from ecrl.datasets import (
+    PLACED_CLEARANCE,
+    CollectConfig,
+    DatasetError,
+    DemoDataset,
+    add_placed_objects,
+    collect_dataset,
+)
 from ecrl.envs import ENTITY_DIM, GOAL_DIM, ScriptedExpert
+from ecrl.envs.layout import ENTITY_FIELDS as F
+from ecrl.envs.layout import GOAL_FIELDS
 from ecrl.policy import Policy
 from ecrl.scripts.collect import main
 
@@ -316,3 +325,34 @@ def test_seeds_reaching_the_evaluation_seeds_are_warned_about(tmp_path):
 
     with pytest.warns(UserWarning, match="reach the evaluation seeds"):
         collect_dataset(tmp_path / "d", config(episodes=1, seed=EVAL_SEED))
+
+
+def test_add_placed_objects_adds_still_objects_at_their_goals_out_of_the_way(mixed):
+    _, _, dataset = mixed
+    rng = np.random.default_rng(0)
+    batch = dataset.sample_windows(64, 4, rng)
+    out = add_placed_objects(batch, rng, 2)
+    added = out["n_objects"] - batch["n_objects"]
+    assert added.min() >= 0 and added.max() <= 2 and added.sum() > 0
+    rows = batch["observation"].shape[2]
+    assert (
+        out["observation"].shape[2] == rows + 2 and out["desired_goal"].shape[1] == batch["desired_goal"].shape[1] + 2
+    )
+    xy = slice(F["position"].start, F["position"].start + 2)
+    for w in np.flatnonzero(added):
+        n, k = int(batch["n_objects"][w]), int(added[w])
+        np.testing.assert_array_equal(out["observation"][w, :, : 1 + n], batch["observation"][w, :, : 1 + n])  # as was
+        assert out["mask"][w].sum() == 1 + n + k and out["goal_mask"][w].sum() == n + k
+        new = out["observation"][w, :, 1 + n : 1 + n + k]
+        np.testing.assert_array_equal(new, np.broadcast_to(new[:1], new.shape))  # left alone
+        assert np.abs(new[..., F["velocity"]]).max() == 0
+        goals = out["desired_goal"][w, n : n + k]
+        np.testing.assert_allclose(goals[:, GOAL_FIELDS["position"]], new[0, :, F["position"]])  # already placed
+        others = batch["observation"][w][:, batch["mask"][w], xy].reshape(-1, 2)
+        for spot in new[0, :, xy]:
+            assert np.linalg.norm(others - spot, axis=1).min() >= PLACED_CLEARANCE
+    ranked = dict(batch, desired_goal=batch["desired_goal"].copy())
+    ranked["desired_goal"][..., GOAL_FIELDS["rank"]] = 1.0
+    assert (add_placed_objects(ranked, rng, 2)["n_objects"] == batch["n_objects"]).all()  # towers keep their order
+    with pytest.raises(ValueError, match="most must be >= 0"):
+        add_placed_objects(batch, rng, -1)

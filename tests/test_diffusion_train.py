@@ -115,6 +115,12 @@ def test_training_writes_the_run_directory_and_resume_continues(push1_demos, tmp
     assert ecrl.load(run).module.denoiser.config.width == 16
 
 
+def test_training_with_placed_objects_acts_with_more_objects(push1_demos, tmp_path):
+    train(tiny_config(push1_demos, tmp_path, placed_objects=2))
+    assert json.loads((tmp_path / "tiny" / "config.json").read_text())["placed_objects"] == 2
+    assert rollout(ecrl.load(tmp_path / "tiny"), 3, 2).shape == (2, 2)
+
+
 def test_training_refuses_to_overwrite_a_run(push1_demos, tmp_path):
     train(tiny_config(push1_demos, tmp_path, steps=1, checkpoint_every=0))
     with pytest.raises(FileExistsError, match="--resume"):
@@ -126,6 +132,10 @@ def test_config_errors_name_the_problem(push1_demos, tmp_path):
         tiny_config(push1_demos, tmp_path, replan_every=5)
     with pytest.raises(ValueError, match="sampling_steps"):
         tiny_config(push1_demos, tmp_path, sampling_steps=50)
+    with pytest.raises(ValueError, match="placed_objects must be >= 0"):
+        tiny_config(push1_demos, tmp_path, placed_objects=-1)
+    with pytest.raises(ValueError, match="placed_objects is implemented for the flat"):
+        tiny_config(push1_demos, tmp_path, placed_objects=1, planner="hierarchical")
 
 
 def test_cli_help_and_a_missing_dataset(tmp_path, capsys):
