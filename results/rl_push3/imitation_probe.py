@@ -1,0 +1,196 @@
+"""Can an entity transformer imitate the push expert at N = 3 over every object? (issue 23, part 1: a probe)
+
+Collects ``--demos`` scripted-expert episodes with 3 objects (colour × shape train part), behaviour-clones
+an entity transformer on them, then runs ``--dagger`` DAgger rounds (the network acts, the expert labels).
+After imitation and after each round it reports success over every object at N = 3 (30 episodes, tuning
+seeds 300000+), and at the end at N = 2, 3, 4, 6 (50 episodes, seeds 300100+). No focus, no selection.
+
+Two action heads:
+
+- ``mse``: tanh of a 2-vector regressed onto the expert's action (what ``ecrl-train`` does);
+- ``bins``: a categorical over a ``bins × bins`` grid of the action square, plus a per-cell offset; it acts
+  with the most likely cell, so two ways round an object are not averaged into none.
+
+Two networks: ``--net eit`` is the library's ``EntityNet`` (attention pool readout, absolute positions);
+``--net probe`` is the same layout of blocks with optional agent-relative xy inputs on every entity and
+goal row (``--relative 1``) and a readout from the agent's token (``--readout agent``) or the pool.
+
+A one-off: its networks are not in the library. It writes ``--out`` (JSON: arguments, the imitation
+log, final successes). One thread, minutes to an hour (see ``README.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+import ecrl.envs  # noqa: F401  (registers ecrl/Push-v0)
+from ecrl.attention import AttentionBlock, AttentionPool, mlp
+from ecrl.entities import ENTITY_DIM, GOAL_DIM
+from ecrl.envs.layout import ENTITY_PRESENT, ENTITY_XY, GOAL_PRESENT, GOAL_XY
+from ecrl.evaluation import evaluate
+from ecrl.policies.demos import _Labels, collect_demos
+from ecrl.policies.nets import ENTITY_SCALE, GOAL_SCALE, EntityNet, NetConfig
+from ecrl.rollout import ExpertPolicy, rollout
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+parser.add_argument("--head", choices=("bins", "mse"), default="bins")
+parser.add_argument("--net", choices=("eit", "probe"), default="probe")
+parser.add_argument("--readout", choices=("pool", "agent"), default="pool")
+parser.add_argument("--relative", type=int, choices=(0, 1), default=0)
+parser.add_argument("--width", type=int, default=64)
+parser.add_argument("--heads", type=int, default=4)
+parser.add_argument("--blocks", type=int, default=2)
+parser.add_argument("--demos", type=int, default=1000)
+parser.add_argument("--bc", type=int, default=20000, help="behaviour-cloning steps before DAgger")
+parser.add_argument("--dagger", type=int, default=2, help="DAgger rounds")
+parser.add_argument("--dagger-eps", type=int, default=50)
+parser.add_argument("--dagger-steps", type=int, default=4000)
+parser.add_argument("--bins", type=int, default=11)
+parser.add_argument("--batch", type=int, default=256)
+parser.add_argument("--out", required=True)
+args = parser.parse_args()
+torch.set_num_threads(1)
+torch.manual_seed(0)
+K = args.bins
+grid = torch.linspace(-1, 1, K)
+CENTRES = torch.stack(torch.meshgrid(grid, grid, indexing="ij"), -1).reshape(-1, 2)
+
+
+def make_env() -> gym.Env:
+    return gym.make("ecrl/Push-v0", n_objects=3, goal="positions", split="colour_shape", part="train")
+
+
+class ProbeNet(nn.Module):
+    """Self-attention, cross-attention to goals, self-attention; optional agent-relative xy; agent or pool readout."""
+
+    def __init__(self, width: int, heads: int, blocks: int, out: int) -> None:
+        super().__init__()
+        extra = 2 * args.relative
+        self.embed_entity, self.embed_goal = (
+            mlp([ENTITY_DIM + extra, width, width]),
+            mlp([GOAL_DIM + extra, width, width]),
+        )
+        self.before = nn.ModuleList(AttentionBlock(width, heads, 2) for _ in range(blocks))
+        self.cross = AttentionBlock(width, heads, 2)
+        self.after = nn.ModuleList(AttentionBlock(width, heads, 2) for _ in range(blocks))
+        self.pool = AttentionPool(width, heads)
+        self.head = nn.Sequential(nn.LayerNorm(width), mlp([width, 2 * width, out]))
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        ents, goals = obs["observation"].float(), obs["desired_goal"].float()
+        mask, goal_mask = ents[..., ENTITY_PRESENT] > 0.5, goals[..., GOAL_PRESENT] > 0.5
+        x, g = ents * ENTITY_SCALE, goals * GOAL_SCALE
+        if args.relative:
+            agent = ents[:, :1, ENTITY_XY]
+            x = torch.cat([x, 4 * (ents[..., ENTITY_XY] - agent)], -1)
+            g = torch.cat([g, 4 * (goals[..., GOAL_XY] - agent)], -1)
+        x, g = self.embed_entity(x), self.embed_goal(g)
+        for block in self.before:
+            x = block(x, mask=mask)
+        x = self.cross(x, g, goal_mask)
+        for block in self.after:
+            x = block(x, mask=mask)
+        return self.head(x[:, 0] if args.readout == "agent" else self.pool(x, mask))
+
+
+out_dim = 2 if args.head == "mse" else 3 * K * K
+if args.net == "eit":
+    net: nn.Module = EntityNet(NetConfig(width=args.width, heads=args.heads, blocks=args.blocks), out_dim)
+else:
+    net = ProbeNet(args.width, args.heads, args.blocks, out_dim)
+optimizer = torch.optim.Adam(net.parameters(), lr=3e-4)
+
+
+def split_bins(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return y[:, : K * K], y[:, K * K :].reshape(-1, K * K, 2)
+
+
+def action(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+    y = net(obs)
+    if args.head == "mse":
+        return torch.tanh(y)
+    logits, offsets = split_bins(y)
+    k = logits.argmax(-1)
+    return (CENTRES[k] + offsets[torch.arange(len(k)), k] / (K - 1)).clamp(-1, 1)
+
+
+def loss(obs: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+    y = net(obs)
+    if args.head == "mse":
+        return ((torch.tanh(y) - target) ** 2).mean()
+    logits, offsets = split_bins(y)
+    k = ((target[:, None] - CENTRES[None]) ** 2).sum(-1).argmin(-1)
+    residual = (target - CENTRES[k]) * (K - 1)
+    return nn.functional.cross_entropy(logits, k) + ((offsets[torch.arange(len(k)), k] - residual) ** 2).mean()
+
+
+class Actor:
+    def act(self, obs):
+        with torch.no_grad():
+            return action({k: torch.as_tensor(v, dtype=torch.float32) for k, v in obs.items()}).numpy()
+
+
+class Labelled:
+    """The network acts; the expert labels the same observations."""
+
+    def __init__(self, expert: ExpertPolicy) -> None:
+        self.expert, self.actor = expert, Actor()
+
+    def reset(self, envs, seeds) -> None:
+        self.expert.reset(envs, seeds)
+
+    def act(self, obs):
+        self.labels = self.expert.act(obs)
+        return self.actor.act(obs)
+
+
+rng = np.random.default_rng(0)
+
+
+def clone(demos, steps: int) -> float:
+    net.train()
+    losses = []
+    for _ in range(steps):
+        obs, target = demos.batch(rng.integers(len(demos), size=args.batch), "cpu")
+        value = loss(obs, target)
+        optimizer.zero_grad()
+        value.backward()
+        optimizer.step()
+        losses.append(value.item())
+    net.eval()
+    return float(np.mean(losses[-200:]))
+
+
+def success(n: int, episodes: int = 30, seed: int = 300_000) -> float:
+    report = evaluate(Actor(), [n], split="colour_shape", parts=["train"], episodes=episodes, seed=seed, progress=False)
+    return float(np.mean(report.results[0].success))
+
+
+start = time.time()
+demos = collect_demos(make_env, args.demos, seed=0, progress=False)
+print("demos", len(demos), f"{time.time() - start:.0f}s", flush=True)
+log = []
+value = clone(demos, args.bc)
+log.append(dict(round=0, transitions=len(demos), loss=value, success_3=success(3), wall_s=time.time() - start))
+print(log[-1], flush=True)
+for it in range(args.dagger):
+    envs = [make_env() for _ in range(args.dagger_eps)]
+    expert = ExpertPolicy(seeds=[1000 + 97 * it + i for i in range(args.dagger_eps)])
+    policy = Labelled(expert)
+    labels = _Labels(args.dagger_eps, expert, lambda policy=policy: policy.labels)
+    rollout(envs, policy, [5_000_000 + 1000 * it + i for i in range(args.dagger_eps)], recorder=labels)
+    demos = demos + labels.demos()
+    value = clone(demos, args.dagger_steps)
+    log.append(dict(round=it + 1, transitions=len(demos), loss=value, success_3=success(3), wall_s=time.time() - start))
+    print(log[-1], flush=True)
+final = {n: success(n, 50, 300_100) for n in (2, 3, 4, 6)}
+print("final (50 episodes, seeds 300100+)", final, flush=True)
+with open(args.out, "w") as f:
+    json.dump(dict(args=vars(args), log=log, final=final, wall_s=time.time() - start), f, indent=1)
