@@ -45,7 +45,8 @@ class DiffusionTrainConfig(ComputeOptions):
     """Add up to this many objects to every training window, each already at its goal and out of the
     demonstration's way (:func:`ecrl.datasets.add_placed_objects`), so that "every object placed"
     rather than "N placed" ends a task (0: none). On push it lifts the 3-object planner over every object
-    from 35 to 39 of 50 at N = 6 and from 24 to 37 at N = 8 (``results/diffusion_push3/placed``); on the
+    from 35 to 39 of 50 at N = 6 and from 24 to 37 at N = 8 (train part, reporting seeds; 76 and 60 of
+    100 on fresh seeds; ``results/diffusion_push3/placed``); on the
     Fetch arm it did worse than none (``results/fetch_pick_place2/README.md``)."""
     goal_dropout: float = 0.15
     """Fraction of training windows without their goal (flat planner), for classifier-free guidance."""

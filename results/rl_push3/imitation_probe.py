@@ -16,7 +16,7 @@ Two networks: ``--net eit`` is the library's ``EntityNet`` (attention pool reado
 goal row (``--relative 1``) and a readout from the agent's token (``--readout agent``) or the pool.
 
 A one-off: its networks are not in the library. It writes ``--out`` (JSON: arguments, the imitation
-log, final successes). One thread, minutes to an hour (see ``README.md``).
+log, final successes, the fit on 20 fresh expert episodes). One thread, minutes to an hour (see ``README.md``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from ecrl.attention import AttentionBlock, AttentionPool, mlp
 from ecrl.entities import ENTITY_DIM, GOAL_DIM
 from ecrl.envs.layout import ENTITY_PRESENT, ENTITY_XY, GOAL_PRESENT, GOAL_XY
 from ecrl.evaluation import evaluate
-from ecrl.policies.demos import _Labels, collect_demos
+from ecrl.policies.demos import _Actor, _Labelled, _Labels, collect_demos
 from ecrl.policies.nets import ENTITY_SCALE, GOAL_SCALE, EntityNet, NetConfig
 from ecrl.rollout import ExpertPolicy, rollout
 
@@ -131,24 +131,18 @@ def loss(obs: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(logits, k) + ((offsets[torch.arange(len(k)), k] - residual) ** 2).mean()
 
 
-class Actor:
-    def act(self, obs):
-        with torch.no_grad():
-            return action({k: torch.as_tensor(v, dtype=torch.float32) for k, v in obs.items()}).numpy()
+class Acting(nn.Module):
+    """The network as an actor module (``forward`` → its action), for the library's ``_Actor`` and ``_Labelled``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = net  # its parameters tell _Actor the device
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return action(obs)
 
 
-class Labelled:
-    """The network acts; the expert labels the same observations."""
-
-    def __init__(self, expert: ExpertPolicy) -> None:
-        self.expert, self.actor = expert, Actor()
-
-    def reset(self, envs, seeds) -> None:
-        self.expert.reset(envs, seeds)
-
-    def act(self, obs):
-        self.labels = self.expert.act(obs)
-        return self.actor.act(obs)
+actor = _Actor(Acting())
 
 
 rng = np.random.default_rng(0)
@@ -169,7 +163,7 @@ def clone(demos, steps: int) -> float:
 
 
 def success(n: int, episodes: int = 30, seed: int = 300_000) -> float:
-    report = evaluate(Actor(), [n], split="colour_shape", parts=["train"], episodes=episodes, seed=seed, progress=False)
+    report = evaluate(actor, [n], split="colour_shape", parts=["train"], episodes=episodes, seed=seed, progress=False)
     return float(np.mean(report.results[0].success))
 
 
@@ -183,7 +177,7 @@ print(log[-1], flush=True)
 for it in range(args.dagger):
     envs = [make_env() for _ in range(args.dagger_eps)]
     expert = ExpertPolicy(seeds=[1000 + 97 * it + i for i in range(args.dagger_eps)])
-    policy = Labelled(expert)
+    policy = _Labelled(actor, expert)
     labels = _Labels(args.dagger_eps, expert, lambda policy=policy: policy.labels)
     rollout(envs, policy, [5_000_000 + 1000 * it + i for i in range(args.dagger_eps)], recorder=labels)
     demos = demos + labels.demos()
@@ -191,6 +185,20 @@ for it in range(args.dagger):
     log.append(dict(round=it + 1, transitions=len(demos), loss=value, success_3=success(3), wall_s=time.time() - start))
     print(log[-1], flush=True)
 final = {n: success(n, 50, 300_100) for n in (2, 3, 4, 6)}
+# How well the network fits the expert on the expert's own states: 20 fresh episodes.
+fresh = collect_demos(make_env, 20, seed=777, progress=False)
+obs, target = fresh.batch(np.arange(len(fresh)), "cpu")
+with torch.no_grad():
+    predicted = action(obs)
+    fit = {
+        "transitions": len(fresh),
+        "squared_error": ((predicted - target) ** 2).sum(-1).mean().item(),
+        "target_squared_norm": (target**2).sum(-1).mean().item(),
+    }
+    if args.head == "bins":
+        cell = lambda a: ((a[:, None] - CENTRES[None]) ** 2).sum(-1).argmin(-1)  # noqa: E731
+        fit["cell_accuracy"] = (split_bins(net(obs))[0].argmax(-1) == cell(target)).float().mean().item()
+print("fit on 20 fresh expert episodes", fit, flush=True)
 print("final (50 episodes, seeds 300100+)", final, flush=True)
 with open(args.out, "w") as f:
-    json.dump(dict(args=vars(args), log=log, final=final, wall_s=time.time() - start), f, indent=1)
+    json.dump(dict(args=vars(args), log=log, final=final, fit=fit, wall_s=time.time() - start), f, indent=1)
