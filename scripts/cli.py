@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any, TypeVar
 
-__all__ = ["cli_errors", "config_of"]
+__all__ = ["cli_errors", "config_of", "training_config_of"]
 
 T = TypeVar("T")
 
@@ -17,6 +17,18 @@ def config_of(args: Any, cls: type[T]) -> T:
     """The ``cls`` part of ``args``: a command line's options dataclass that extends the config ``cls``
     with options of its own (``--resume``, ``--out``, ...)."""
     return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+
+def training_config_of(args: Any, cls: type[T], argv: Sequence[str]) -> T:
+    """:func:`config_of` for a training command with ``--resume``: there, a run keeps its own ``steps``
+    unless ``--steps`` is on the command line (``argv``). The parser fills an absent ``--steps`` with
+    the config's default, which a resumed run would otherwise take as a request to extend it (a run
+    of 80k steps resumed without ``--steps`` went on to the 120k default, with its learning-rate
+    schedule stretched to match)."""
+    config = config_of(args, cls)
+    if getattr(args, "resume", None) is not None and not any(a == "--steps" or a.startswith("--steps=") for a in argv):
+        config.steps = 1  # resume_config keeps the larger of the run's steps and this: the run's own
+    return config
 
 
 @contextmanager

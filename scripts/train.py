@@ -35,7 +35,7 @@ import tyro
 
 from ecrl.distributed import is_main
 from ecrl.policies.train import TrainConfig, train
-from ecrl.scripts.cli import config_of
+from ecrl.scripts.cli import training_config_of
 from ecrl.scripts.eval import FinalEvaluation
 
 
@@ -49,8 +49,9 @@ class TrainArgs(TrainConfig, FinalEvaluation):
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `ecrl-train`."""
-    args = tyro.cli(TrainArgs, args=list(sys.argv[1:] if argv is None else argv), description=__doc__)
-    result = train(config_of(args, TrainConfig), resume=args.resume)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = tyro.cli(TrainArgs, args=argv, description=__doc__)
+    result = train(training_config_of(args, TrainConfig, argv), resume=args.resume)
     if not is_main():  # under torchrun, rank 0 trains the RL stage, reports and evaluates
         return
     print(f"run directory: {result.run_dir}  env steps: {result.env_steps}  wall: {result.wall_s:.0f} s")

@@ -44,7 +44,7 @@ import tyro
 from ecrl.datasets import DatasetError
 from ecrl.diffusion.train import DiffusionTrainConfig, train
 from ecrl.distributed import is_main
-from ecrl.scripts.cli import cli_errors, config_of
+from ecrl.scripts.cli import cli_errors, training_config_of
 from ecrl.scripts.eval import FinalEvaluation
 
 
@@ -58,9 +58,10 @@ class TrainDiffusionArgs(DiffusionTrainConfig, FinalEvaluation):
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `ecrl-train-diffusion`."""
-    args = tyro.cli(TrainDiffusionArgs, args=list(sys.argv[1:] if argv is None else argv), description=__doc__)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = tyro.cli(TrainDiffusionArgs, args=argv, description=__doc__)
     with cli_errors("ecrl-train-diffusion", (DatasetError, FileExistsError, FileNotFoundError, ValueError)):
-        result = train(config_of(args, DiffusionTrainConfig), resume=args.resume)
+        result = train(training_config_of(args, DiffusionTrainConfig, argv), resume=args.resume)
     if not is_main():  # under torchrun, rank 0 reports and evaluates
         return
     print(

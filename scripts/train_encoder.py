@@ -34,7 +34,7 @@ import tyro
 from ecrl.datasets import DatasetError
 from ecrl.distributed import is_main
 from ecrl.encoders.train import EncoderTrainConfig, train
-from ecrl.scripts.cli import cli_errors, config_of
+from ecrl.scripts.cli import cli_errors, training_config_of
 
 
 @dataclass
@@ -47,9 +47,10 @@ class TrainEncoderArgs(EncoderTrainConfig):
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `ecrl-train-encoder`."""
-    args = tyro.cli(TrainEncoderArgs, args=list(sys.argv[1:] if argv is None else argv), description=__doc__)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = tyro.cli(TrainEncoderArgs, args=argv, description=__doc__)
     with cli_errors("ecrl-train-encoder", (DatasetError, FileExistsError, FileNotFoundError, ValueError)):
-        result = train(config_of(args, EncoderTrainConfig), resume=args.resume)
+        result = train(training_config_of(args, EncoderTrainConfig, argv), resume=args.resume)
     if not is_main():  # under torchrun, rank 0 reports
         return
     scores = ", ".join(f"{k} {v:.3f}" for k, v in result.scores.items())
