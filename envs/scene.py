@@ -232,3 +232,25 @@ def project(points: np.ndarray, camera: str) -> np.ndarray:
     ahead = np.where(ahead > 1e-9, ahead, np.nan)
     focal = 1.0 / np.tan(np.radians(fovy) / 2)
     return np.stack([focal * local[..., 0] / ahead, -focal * local[..., 1] / ahead], -1)
+
+
+def unproject(image_xy: np.ndarray, camera: str, height: float | np.ndarray = 0.0) -> np.ndarray:
+    """World points ``(..., 3)`` where the rays of ``camera`` through ``image_xy (..., 2)`` meet the
+    horizontal plane ``z = height`` (metres; the table top is ``z = 0``): :func:`project`'s inverse for
+    points at a known height, e.g. an object's centre at its half height.
+
+    ``image_xy`` uses :func:`project`'s convention (``x`` right, ``y`` down, ``[-1, 1]`` across the image).
+    A ray that never meets the plane in front of the camera (parallel to it, or meeting it behind)
+    gives NaN.
+    """
+    image_xy = np.asarray(image_xy, dtype=np.float64)
+    if image_xy.shape[-1:] != (2,):
+        raise ValueError(f"image_xy: expected shape (..., 2), got {image_xy.shape}")
+    position, axes, fovy = _camera_pose(camera)
+    focal = 1.0 / np.tan(np.radians(fovy) / 2)
+    local = np.stack([image_xy[..., 0] / focal, -image_xy[..., 1] / focal, -np.ones(image_xy.shape[:-1])], -1)
+    ray = local @ axes.T  # the ray's direction in the world, one unit ahead of the camera
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = (np.asarray(height, dtype=np.float64) - position[2]) / ray[..., 2]
+    t = np.where(np.isfinite(t) & (t > 0), t, np.nan)
+    return position + t[..., None] * ray

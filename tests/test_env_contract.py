@@ -9,7 +9,7 @@ from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 from ecrl.envs import ENTITY_FIELDS, FETCH_IDS, REGISTERED_IDS, PushEnv
-from ecrl.envs.scene import CAMERAS, project
+from ecrl.envs.scene import CAMERAS, project, unproject
 
 _E = ENTITY_FIELDS
 EMBODIED_IDS = (*REGISTERED_IDS, *FETCH_IDS)
@@ -132,6 +132,27 @@ def test_projection_puts_every_entity_on_its_segmentation(make, camera):
         project(np.zeros((2, 2)), camera)
     with pytest.raises(ValueError, match="unknown camera"):
         project(np.zeros(3), "side")
+
+
+@pytest.mark.parametrize("camera", CAMERAS)
+def test_unproject_inverts_project_at_a_known_height(camera):
+    """A point on the table area seen by ``camera`` comes back from its image position and height."""
+    rng = np.random.default_rng(0)
+    points = np.concatenate([rng.uniform(-0.25, 0.25, (64, 2)), rng.uniform(0.0, 0.08, (64, 1))], 1)
+    image = project(points, camera)
+    np.testing.assert_allclose(unproject(image, camera, points[:, 2]), points, atol=1e-9)
+    # one height for a batch of any shape; a wrong height moves the point along its ray, not across it
+    grid = image.reshape(8, 8, 2)
+    lifted = unproject(grid, camera, 0.05)
+    assert lifted.shape == (8, 8, 3) and np.allclose(lifted[..., 2], 0.05)
+    np.testing.assert_allclose(project(lifted, camera), grid, atol=1e-9)
+    with pytest.raises(ValueError, match="image_xy: expected shape"):
+        unproject(np.zeros((2, 3)), camera)
+
+
+def test_unproject_gives_nan_for_a_plane_behind_the_camera():
+    above = 10.0  # a plane above every camera: the rays ahead never meet it
+    assert np.isnan(unproject(np.zeros(2), "top", above)).all()
 
 
 @pytest.mark.parametrize("env_id", REGISTERED_IDS)
