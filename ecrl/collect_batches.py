@@ -83,6 +83,8 @@ class CollectConfig:
     """Also record RGB frames and segmentation masks of every state, this many pixels square (16 … 256)."""
     cameras: tuple[str, ...] = MAIN_CAMERAS
     """Cameras the frames come from (with ``--pixels``)."""
+    goal_pixels: bool = False
+    """With ``--pixels``: also record, per episode, frames of its goal configuration from the same cameras (every object at its target, no pusher; push, ``positions`` goals)."""
     random_actions: float = 0.0
     """Probability that a step's action is replaced by a uniformly random one (1: random rollouts)."""
     env: Literal["push", "fetch", "ogbench-cube"] = "push"
@@ -109,6 +111,11 @@ class CollectConfig:
         unknown = [c for c in self.cameras if c not in CAMERAS]
         if unknown or not self.cameras:
             raise ValueError(f"cameras must be a non-empty selection of {list(CAMERAS)}, got {list(self.cameras)}")
+        if self.goal_pixels and (self.pixels is None or self.env != "push" or self.goal != "positions"):
+            raise ValueError(
+                "goal_pixels records goal images of push with positions goals, from the --pixels cameras: "
+                f"got env {self.env!r}, goal {self.goal!r}, pixels {self.pixels}"
+            )
         if not 0.0 <= self.random_actions <= 1.0:
             raise ValueError(f"random_actions must be a probability in [0, 1], got {self.random_actions}")
         if self.env not in ENVS:
@@ -184,9 +191,12 @@ class _EpisodeRecorder(Recorder):
     ``idle_steps`` idle steps (zero action once every object is placed: the scripted expert's
     "nothing to do"; the idle steps before the cut stay in the data, they show how to stop)."""
 
-    def __init__(self, envs: Sequence[gym.Env], policy: _Collecting, idle_steps: int | None, cameras) -> None:
+    def __init__(
+        self, envs: Sequence[gym.Env], policy: _Collecting, idle_steps: int | None, cameras, goal_frames: bool = False
+    ) -> None:
         b = len(envs)
         self.envs, self.policy, self.idle_steps, self.cameras = envs, policy, idle_steps, cameras
+        self.goal_frames: list[np.ndarray | None] = [None] * b if goal_frames else []
         self.seeds, self.solved, self.idle = [0] * b, np.zeros(b, bool), np.zeros(b, np.int64)
         self.states: list[list[dict[str, np.ndarray]]] = [[] for _ in range(b)]
         self.steps: list[list[tuple]] = [[] for _ in range(b)]
@@ -195,6 +205,9 @@ class _EpisodeRecorder(Recorder):
     def start(self, i, seed, obs, info) -> None:
         self.seeds[i], self.solved[i], self.states[i] = seed, info["is_success"], [obs]
         self.frames[i] = [_frames(self.envs[i].unwrapped, self.cameras)] if self.cameras else []
+        if self.goal_frames:
+            views = self.envs[i].unwrapped.render_goal_views(tuple(self.cameras))
+            self.goal_frames[i] = np.stack([views[c] for c in self.cameras])
 
     def cut(self, i, obs, action) -> bool:
         self.idle[i] = self.idle[i] + 1 if self.solved[i] and not action.any() else 0
@@ -209,10 +222,11 @@ class _EpisodeRecorder(Recorder):
         self.steps[i].append((s.action, s.reward, s.info["is_success"], self.policy.random[i]))
 
     def episodes(self) -> list[Episode]:
+        goals = self.goal_frames or [None] * len(self.envs)
         return [
-            _episode(env.unwrapped, seed, states, steps, bool(ok), frames)
-            for env, seed, states, steps, ok, frames in zip(
-                self.envs, self.seeds, self.states, self.steps, self.solved, self.frames, strict=True
+            _episode(env.unwrapped, seed, states, steps, bool(ok), frames, goal)
+            for env, seed, states, steps, ok, frames, goal in zip(
+                self.envs, self.seeds, self.states, self.steps, self.solved, self.frames, goals, strict=True
             )
         ]
 
@@ -224,10 +238,12 @@ def _rollout(
     idle_steps: int | None,
     cameras: Sequence[str] | None = None,
     bar: tqdm | None = None,
+    goal_frames: bool = False,
 ) -> list[Episode]:
     """One episode per env, side by side (:func:`ecrl.rollout.rollout`); an episode ends at the horizon
-    or after ``idle_steps`` idle steps. With ``cameras``, every state is rendered from them too."""
-    recorder = _EpisodeRecorder(envs, policy, idle_steps, cameras)
+    or after ``idle_steps`` idle steps. With ``cameras``, every state is rendered from them too (and,
+    with ``goal_frames``, each episode's goal configuration once)."""
+    recorder = _EpisodeRecorder(envs, policy, idle_steps, cameras, goal_frames)
     rollout(envs, policy, seeds, recorder=recorder, bar=bar)
     return recorder.episodes()
 
@@ -239,9 +255,10 @@ def _episode(
     steps: list[tuple],
     success: bool,
     frames: list[tuple[np.ndarray, np.ndarray]] | None = None,
+    goal_frames: np.ndarray | None = None,
 ) -> Episode:
     """An :class:`Episode` from the observations, ``(action, reward, is_success, random)`` steps and
-    (optionally) ``(rgb, segmentation)`` frames of a rollout."""
+    (optionally) ``(rgb, segmentation)`` frames and goal frames ``(V, P, P, 3)`` of a rollout."""
     n = env.n_objects
     achieved = np.stack([o["achieved_goal"][:n] for o in states])
     action, reward, is_success, random = (list(x) for x in zip(*steps, strict=True)) if steps else ([], [], [], [])
@@ -265,6 +282,7 @@ def _episode(
         success=success,
         pixels=np.stack([f[0] for f in frames]) if frames else None,
         segmentation=np.stack([f[1] for f in frames]) if frames else None,
+        goal_pixels=goal_frames,
     )
 
 
@@ -349,7 +367,15 @@ def run_batches(
             envs = [gym.make(env_id, **env_kwargs) for _ in range(min(config.batch_size, config.episodes))]
             block = (batch.part, batch.n)
         seeds = list(range(batch.first, batch.stop))
-        episodes = _rollout(envs[: batch.count], seeds, actor, config.idle_steps, cameras, bar if config.play else None)
+        episodes = _rollout(
+            envs[: batch.count],
+            seeds,
+            actor,
+            config.idle_steps,
+            cameras,
+            bar if config.play else None,
+            config.goal_pixels,
+        )
         for seed, episode in zip(seeds, episodes, strict=True):
             if skip_below is not None and seed < skip_below:
                 continue
@@ -380,6 +406,8 @@ def open_writer(path: Path, config: CollectConfig, append: bool) -> DatasetWrite
     """The writer of ``path``; an existing dataset must have been rendered as ``config`` renders."""
     writer = DatasetWriter(path, append, config.shard_episodes, config.action_dim)
     pixels = {"size": config.pixels, "cameras": list(config.cameras)} if config.pixels else None
+    if pixels and config.goal_pixels:
+        pixels["goal"] = True
     if writer.meta["episodes"] and writer.meta.get("pixels") != pixels:
         raise DatasetError(
             f"{path} was collected with pixels = {writer.meta.get('pixels')}, this collection would add "

@@ -55,12 +55,17 @@ array                   shape                   dtype      meaning
 ``segmentation``        ``(S + E, V, P, P)``    uint8      only in a pixel dataset: per-pixel labels,
                                                            0 background, 1 the agent, ``i + 2`` object
                                                            ``i`` (``labels - 1`` indexes ``observation``)
+``goal_pixels``         ``(E, V, P, P, 3)``     uint8      only with ``--goal-pixels``: RGB frames of each
+                                                           episode's goal configuration (every object at
+                                                           its target, no pusher, no goal markers)
 ======================  ======================  =========  =============================================
 
 A *pixel dataset* (``ecrl-collect --pixels P``) also records, for every state, ``P`` × ``P`` RGB
 frames from the cameras ``meta["pixels"]["cameras"]`` and MuJoCo's segmentation of them; its
 ``meta.json`` has ``pixels = {"size": P, "cameras": [...]}`` (``null`` otherwise), and every
-collection appended to it must render the same way. ``--random-actions p`` replaces each action,
+collection appended to it must render the same way. With ``--goal-pixels`` it also holds, per
+episode, frames of the goal from the same cameras (``PushEnv.render_goal_views``), and ``pixels``
+gains ``"goal": true``. ``--random-actions p`` replaces each action,
 with probability ``p``, by a uniformly random one (flagged in ``expert_random``): ``p = 1`` gives
 random rollouts, whose frames show the objects in places an expert would not push them to.
 
@@ -107,6 +112,7 @@ __all__ = [
     "ACTION_DIM",
     "EPISODE_KEYS",
     "FORMAT",
+    "GOAL_PIXEL_KEY",
     "META",
     "PIXEL_KEYS",
     "SHARD_KEYS",
@@ -128,6 +134,7 @@ STEP_KEYS = ("action", "reward", "is_success", "expert_random")
 EPISODE_KEYS = ("episode_starts", "episode_lengths", "n_objects", "seed", "success")
 SHARD_KEYS = ("observation", "achieved_goal", "desired_goal", *STEP_KEYS, *EPISODE_KEYS, "task_json")
 PIXEL_KEYS = ("pixels", "segmentation")
+GOAL_PIXEL_KEY = "goal_pixels"
 
 
 class DatasetError(ValueError):
@@ -165,6 +172,8 @@ class Episode:
     """``(T + 1, V, P, P, 3)`` uint8 RGB frames of every state (pixel datasets only)."""
     segmentation: np.ndarray | None = None
     """``(T + 1, V, P, P)`` uint8 labels: 0 background, 1 agent, ``i + 2`` object ``i`` (pixel datasets only)."""
+    goal_pixels: np.ndarray | None = None
+    """``(V, P, P, 3)`` uint8 RGB frames of the goal configuration (datasets collected with ``--goal-pixels``)."""
 
     def __len__(self) -> int:
         return len(self.action)
@@ -227,6 +236,9 @@ def _shard_arrays(episodes: Sequence[Episode]) -> dict[str, np.ndarray]:
             {key: np.concatenate([getattr(e, key) for e in episodes]) for key in PIXEL_KEYS}
             if episodes[0].pixels is not None
             else {}
+        ),
+        **(
+            {GOAL_PIXEL_KEY: np.stack([e.goal_pixels for e in episodes])} if episodes[0].goal_pixels is not None else {}
         ),
     }
 
@@ -405,7 +417,7 @@ def load_shard(
     """The arrays of one shard, checked against each other and against its ``meta.json`` entry
     (``pixels``: the dataset's ``meta["pixels"]``; ``action_dim``: its ``meta["action_dim"]``)."""
     file = path / entry["file"]
-    keys = SHARD_KEYS + (PIXEL_KEYS if pixels else ())
+    keys = SHARD_KEYS + (PIXEL_KEYS if pixels else ()) + ((GOAL_PIXEL_KEY,) if pixels and pixels.get("goal") else ())
     try:
         with np.load(file, allow_pickle=False) as data:
             missing = set(keys) - set(data.files)
@@ -431,6 +443,8 @@ def load_shard(
     if pixels:
         v, size = len(pixels["cameras"]), pixels["size"]
         expected.update(pixels=(s + e, v, size, size, 3), segmentation=(s + e, v, size, size))
+        if pixels.get("goal"):
+            expected[GOAL_PIXEL_KEY] = (e, v, size, size, 3)
     for key, shape in expected.items():
         if arrays[key].shape != shape:
             raise DatasetError(

@@ -27,6 +27,7 @@ from ecrl.collect import CollectConfig, CollectResult, collect_dataset, import_o
 from ecrl.dataset_format import (
     ACTION_DIM,
     FORMAT,
+    GOAL_PIXEL_KEY,
     META,
     VERSION,
     DatasetError,
@@ -189,6 +190,8 @@ class DemoDataset:
         lengths, n_objects, seeds, success: ``(E,)`` per episode.
         pixels, segmentation: ``(S + E, V, P, P, 3)`` and ``(S + E, V, P, P)`` uint8 frames of every
             state, aligned with ``observation`` (``None`` unless it is a pixel dataset).
+        goal_pixels: ``(E, V, P, P, 3)`` uint8 frames of each episode's goal configuration (``None``
+            unless collected with ``--goal-pixels``).
         cameras: the cameras of the frames (empty unless it is a pixel dataset).
 
     Raises:
@@ -220,6 +223,7 @@ class DemoDataset:
             self.seeds, self.success = cat("seed"), cat("success")
             self.pixels = cat("pixels") if self.pixel_meta else None
             self.segmentation = cat("segmentation") if self.pixel_meta else None
+            self.goal_pixels = cat(GOAL_PIXEL_KEY) if self.pixel_meta and self.pixel_meta.get("goal") else None
         else:
             self._empty()
         self._tasks = [t for s in shards for t in s["tasks"]]
@@ -237,7 +241,7 @@ class DemoDataset:
         self.reward = np.zeros(0, np.float32)
         self.is_success, self.expert_random, self.success = (np.zeros(0, bool) for _ in range(3))
         self.lengths, self.n_objects, self.seeds = (np.zeros(0, np.int64) for _ in range(3))
-        self.pixels = self.segmentation = None
+        self.pixels = self.segmentation = self.goal_pixels = None
 
     @property
     def cameras(self) -> tuple[str, ...]:
@@ -285,6 +289,7 @@ class DemoDataset:
             success=bool(self.success[i]),
             pixels=None if self.pixels is None else self.pixels[states],
             segmentation=None if self.segmentation is None else self.segmentation[states],
+            goal_pixels=None if self.goal_pixels is None else self.goal_pixels[i],
         )
 
     def __iter__(self) -> Iterator[Episode]:

@@ -73,6 +73,9 @@ class PushEnv(EntityGoalEnv):
             uint8 RGB frames of size ``P = pixels`` from ``cameras`` (this sets the render size,
             ``width = height = pixels``), rendered at every reset and step. ``None``: state only.
         cameras: the cameras of the ``pixels`` observation.
+        goal_pixels: also observe the goal as images (needs ``pixels``; ``positions`` goals only): the
+            observation dict gains ``goal_pixels``, ``(V, P, P, 3)`` uint8 frames of the goal
+            configuration from the same cameras (:meth:`render_goal_views`), rendered once per reset.
     """
 
     metadata = {"render_modes": ["rgb_array", "depth_array"], "render_fps": 20}
@@ -96,7 +99,11 @@ class PushEnv(EntityGoalEnv):
         height: int = 96,
         pixels: int | None = None,
         cameras: tuple[str, ...] = MAIN_CAMERAS,
+        goal_pixels: bool = False,
     ) -> None:
+        if goal_pixels and pixels is None:
+            raise ValueError("goal_pixels renders the goal from the pixels cameras: pass pixels=P too")
+        self.goal_pixels = bool(goal_pixels)
         self._set_task(task, skill=None, n_objects=n_objects, goal=goal, split=split, part=part, n_max=n_max)
         self._set_reward(reward_type, distance_threshold)
         self._set_cameras(render_mode, camera, width, height, pixels, cameras)
@@ -115,6 +122,8 @@ class PushEnv(EntityGoalEnv):
         self._agent_geoms = np.array([m.geom("agent").id])
         self._obj_joint = np.array([[m.joint(f"obj{i}_{a}").id for a in "xy"] for i in range(n)])
         self._make_spaces(2)
+        if self.goal_pixels:
+            self.observation_space["goal_pixels"] = self.observation_space["pixels"]
 
     # ------------------------------------------------------------------ reset
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
@@ -136,7 +145,38 @@ class PushEnv(EntityGoalEnv):
         self._obj_qpos[:, 2] = rng.uniform(-np.pi, np.pi, n)
         self.data.ctrl[:] = start[0]
         mujoco.mj_forward(self.model, self.data)
+        if self.goal_pixels:
+            views = self.render_goal_views(self.pixel_cameras)
+            self._goal_frames = np.stack([views[c] for c in self.pixel_cameras])
         return self._start_episode()
+
+    def render_goal_views(self, cameras: tuple[str, ...] = MAIN_CAMERAS) -> dict[str, np.ndarray]:
+        """RGB images ``{camera: (H, W, 3) uint8}`` of the episode's goal configuration: every object at
+        its target (its yaw as it is now), with neither the pusher nor the goal markers in view.
+
+        Goal images as ECRL and EC-Diffuser give them. Only ``positions`` goals are one configuration
+        (``adjacent``, ``sort`` and ``ordered`` goals are met by many): other kinds raise. The scene is
+        put back as it was, so rendering the goal changes nothing in the episode.
+        """
+        if self.spec_ is None:
+            raise RuntimeError("render_goal_views needs an episode: call reset() first")
+        if self.spec_.goal != "positions":
+            raise ValueError(
+                f"a goal image shows one configuration; {self.spec_.goal!r} goals are met by many (use 'positions')"
+            )
+        m, qpos = self.model, self.data.qpos
+        saved_qpos = qpos.copy()
+        agent_rgba, site_rgba = m.geom_rgba[self._agent_geoms].copy(), m.site_rgba[self._goal_site].copy()
+        try:
+            self._obj_qpos[:, :2] = self._target_xy
+            m.geom_rgba[self._agent_geoms, 3] = 0.0
+            m.site_rgba[self._goal_site, 3] = 0.0
+            mujoco.mj_kinematics(m, self.data)
+            return self.render_views(cameras)
+        finally:
+            qpos[:] = saved_qpos
+            m.geom_rgba[self._agent_geoms], m.site_rgba[self._goal_site] = agent_rgba, site_rgba
+            mujoco.mj_forward(m, self.data)
 
     def _apply_spec(self, spec: TaskSpec) -> None:
         """Switch on each object's shape geom, colour and size; precompute the constant parts of rows."""
@@ -215,6 +255,8 @@ class PushEnv(EntityGoalEnv):
         obs = {"observation": self._obs_buf.copy(), "achieved_goal": achieved, "desired_goal": self._desired.copy()}
         if self.pixel_cameras:
             obs["pixels"] = np.stack([self._render_with(c) for c in self.pixel_cameras])
+            if self.goal_pixels:
+                obs["goal_pixels"] = self._goal_frames.copy()
         return obs
 
     def _distances(self) -> np.ndarray:
