@@ -27,6 +27,11 @@ class DiffusionTrainConfig(ComputeOptions):
     """flat: one denoiser over horizon-step plans; hierarchical: subgoals every subgoal_every steps over dense segments."""
     encoder: Path | None = None
     """Plan from pixels: a frozen encoder (``ecrl-train-encoder`` run or checkpoint) whose entities of the dataset's camera frames replace the state entities (needs a pixel dataset; flat planner)."""
+    goal_images: bool = False
+    """Plan from pixels towards goal *images* (``--encoder``, a dataset collected with ``--goal-pixels``): the
+    goal is the encoder's entities of the frames of the goal configuration, as ECRL and EC-Diffuser give it,
+    instead of the goal rows (the targets' attributes and positions). The policy then reads
+    ``obs["goal_pixels"]`` (envs made with ``goal_pixels=True``)."""
     denoiser: DenoiserConfig = field(default_factory=DenoiserConfig)
     """The denoiser: its size, its noise schedule and (flat planner) its ``horizon``, the plan length in env
     steps. The hierarchical planner's two denoisers have this size with horizons ``subgoal_horizon``
@@ -138,6 +143,8 @@ class DiffusionTrainConfig(ComputeOptions):
             problems.append("placed_objects is implemented for the flat state planner (no --encoder)")
         if self.recolour and (self.encoder is not None or self.planner != "flat"):
             problems.append("recolour is implemented for the flat state planner (no --encoder)")
+        if self.goal_images and self.encoder is None:
+            problems.append("goal_images plans from pixels towards goal images: it needs --encoder")
         if self.encoder is not None and self.init_from is not None:
             problems.append("--init-from starts state planners only, not planners from pixels (--encoder)")
         if problems:
@@ -181,10 +188,11 @@ class DiffusionTrainConfig(ComputeOptions):
         """The hierarchical planner's low level: ``subgoal_every`` steps, the last one given."""
         return replace(self.denoiser, horizon=self.subgoal_every)
 
-    def make_planner(self, entity_dim: int = 0) -> DiffusionPlanner | HierarchicalPlanner:
-        """A fresh (untrained) planner of this run's kind and size (``entity_dim``: generic rows, see :class:`DenoiserConfig`)."""
+    def make_planner(self, entity_dim: int = 0, goal_dim: int = 0) -> DiffusionPlanner | HierarchicalPlanner:
+        """A fresh (untrained) planner of this run's kind and size (``entity_dim``, ``goal_dim``: generic rows,
+        see :class:`DenoiserConfig`)."""
         if self.planner == "flat":
-            denoiser = replace(self.denoiser, entity_dim=entity_dim)
+            denoiser = replace(self.denoiser, entity_dim=entity_dim, goal_dim=goal_dim)
             return DiffusionPlanner(
                 denoiser, self.sampling_steps, self.replan_every, fixed_noise=self.fixed_noise, guidance=self.guidance
             )

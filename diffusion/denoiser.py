@@ -214,6 +214,10 @@ class DenoiserConfig:
         state: the dynamic state planned from state rows: ``"planar"`` (x, y, yaw: the push tasks)
             or ``"spatial"`` (x, y, z, yaw and the gripper: lifting and stacking, e.g. OGBench's
             cubes). Set by training from the dataset's env, like ``entity_dim`` from an encoder.
+        goal_dim: 0 (default): goal rows in the goal layout (``GOAL_DIM`` wide, normalised by
+            :func:`goal_features`, padded rows masked by their present flag). ``D > 0``: *generic* goal
+            rows of width ``D``, normalised by the caller and all real, e.g. an encoder's entities of
+            goal images (:mod:`ecrl.diffusion.pixels`, ``goal_images``).
     """
 
     width: int = 32
@@ -226,6 +230,7 @@ class DenoiserConfig:
     noise_schedule: str = "cosine"
     entity_dim: int = 0
     state: str = "planar"
+    goal_dim: int = 0
 
     def __post_init__(self) -> None:
         sizes = (self.width, self.heads, self.blocks, self.mlp_ratio, self.horizon, self.action_dim)
@@ -239,6 +244,8 @@ class DenoiserConfig:
             raise ValueError(f"entity_dim must be 0 (state rows) or a row width > 0, got {self.entity_dim}")
         if self.state not in STATES:
             raise ValueError(f"state must be one of {list(STATES)}, got {self.state!r}")
+        if self.goal_dim < 0:
+            raise ValueError(f"goal_dim must be 0 (goal rows) or a row width > 0, got {self.goal_dim}")
 
     @property
     def static_dim(self) -> int:
@@ -253,6 +260,11 @@ class DenoiserConfig:
     def split(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(B, T, N, row width)`` rows → ``static (B, N, static_dim)``, ``dynamic (B, T, N, dynamic_dim)``."""
         return generic_rows(observation, self.entity_dim) if self.entity_dim else split_rows(observation, self.state)
+
+    @property
+    def goal_row_dim(self) -> int:
+        """Width of the goal rows the denoiser's callers hand in: ``GOAL_DIM`` or ``goal_dim``."""
+        return self.goal_dim or GOAL_DIM
 
     @property
     def row_dim(self) -> int:
@@ -345,7 +357,7 @@ class EntityDenoiser(nn.Module):
         self.embed_state = mlp([config.dynamic_dim, w, w])
         self.embed_static = mlp([config.static_dim, w, w])
         self.embed_action = mlp([config.action_dim, w, w])
-        self.embed_goal = mlp([GOAL_DIM, w, w])
+        self.embed_goal = mlp([config.goal_row_dim, w, w])
         self.entity_goals = AttentionBlock(w, config.heads, config.mlp_ratio)
         # Stands in for every goal row when the goal is dropped (classifier-free guidance).
         self.null_goal = nn.Parameter(torch.zeros(w))
@@ -396,7 +408,7 @@ class EntityDenoiser(nn.Module):
             "states": (states, ("B", steps, "N", config.dynamic_dim)),
             "actions": (actions, ("B", horizon, config.action_dim)),
             "static": (static, ("B", "N", config.static_dim)),
-            "goals": (goals, ("B", "M", GOAL_DIM)),
+            "goals": (goals, ("B", "M", config.goal_row_dim)),
             "mask": (mask, ("B", "N")),
             "goal_mask": (goal_mask, ("B", "M")),
         }

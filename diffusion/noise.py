@@ -29,7 +29,6 @@ from ecrl.diffusion.denoiser import (
     goal_features,
     join_rows,
 )
-from ecrl.entities import GOAL_DIM
 from ecrl.envs.layout import ENTITY_PRESENT, GOAL_PRESENT
 
 __all__ = ["LossTerms", "NoiseSchedule", "Plan", "Window", "encode_window", "loss", "sample"]
@@ -130,10 +129,10 @@ def encode_window(batch: Mapping[str, torch.Tensor], config: DenoiserConfig) -> 
     specs = {
         "observation": (obs, ("B", config.horizon + 1, "N", config.row_dim)),
         "action": (action, ("B", config.horizon, config.action_dim)),
-        "desired_goal": (goal, ("B", "M", GOAL_DIM)),
+        "desired_goal": (goal, ("B", "M", config.goal_row_dim)),
     }
     mask = torch.as_tensor(batch["mask"]) if "mask" in batch else obs[:, 0, :, ENTITY_PRESENT] > 0.5
-    goal_mask = torch.as_tensor(batch["goal_mask"]) if "goal_mask" in batch else goal[..., GOAL_PRESENT] > 0.5
+    goal_mask = torch.as_tensor(batch["goal_mask"]) if "goal_mask" in batch else _goal_mask(goal, config)
     valid = torch.as_tensor(batch["valid"]) if batch.get("valid") is not None else None
     specs |= {"mask": (mask, ("B", "N")), "goal_mask": (goal_mask, ("B", "M"))}
     if valid is not None:
@@ -144,7 +143,19 @@ def encode_window(batch: Mapping[str, torch.Tensor], config: DenoiserConfig) -> 
         valid = torch.cat([valid.new_ones(valid.shape[0], 1), valid], dim=1)
     obs, action, goal = obs.float(), action.float(), goal.float()
     static, states = config.split(obs)
-    return Window(static, states, action, goal_features(goal), mask, goal_mask, valid)
+    return Window(static, states, action, _goals(goal, config), mask, goal_mask, valid)
+
+
+def _goals(desired_goal: torch.Tensor, config: DenoiserConfig) -> torch.Tensor:
+    """The denoiser's goal features: :func:`goal_features` of goal rows; generic rows as they come."""
+    return desired_goal if config.goal_dim else goal_features(desired_goal)
+
+
+def _goal_mask(desired_goal: torch.Tensor, config: DenoiserConfig) -> torch.Tensor:
+    """The real goal rows: by their present flag; generic goal rows (``goal_dim > 0``) are all real."""
+    if config.goal_dim:
+        return torch.ones(desired_goal.shape[:2], dtype=torch.bool, device=desired_goal.device)
+    return desired_goal[..., GOAL_PRESENT] > 0.5
 
 
 class LossTerms(NamedTuple):
@@ -255,7 +266,8 @@ def sample(
     Args:
         model: the denoiser (put it in eval mode; the EMA copy is usually the one to sample from).
         observation: ``(B, N, ENTITY_DIM)`` current entity rows; padded rows (present 0) are masked.
-        desired_goal: ``(B, M, GOAL_DIM)`` goal rows; padded rows are masked.
+        desired_goal: ``(B, M, GOAL_DIM)`` goal rows; padded rows are masked (``(B, M, goal_dim)``
+            generic goal rows, all real, for a denoiser with ``goal_dim > 0``).
         steps: DDIM steps (model calls), at most the model's ``diffusion_steps``.
         eta: 0 for deterministic DDIM, 1 for DDPM-like ancestral noise.
         generator: draws the initial noise (and the extra noise when ``eta > 0``).
@@ -275,7 +287,8 @@ def sample(
     config = model.config
     steps_total, horizon = config.horizon + 1, config.horizon
     sizes = _check_shapes(
-        observation=(observation, ("B", "N", config.row_dim)), desired_goal=(desired_goal, ("B", "M", GOAL_DIM))
+        observation=(observation, ("B", "N", config.row_dim)),
+        desired_goal=(desired_goal, ("B", "M", config.goal_row_dim)),
     )
     batch, n = sizes["B"], sizes["N"]
     state_shape = (batch, steps_total, n, config.dynamic_dim)
@@ -286,9 +299,9 @@ def sample(
     device = next(model.parameters()).device
     observation, desired_goal = observation.to(device, torch.float32), desired_goal.to(device, torch.float32)
     static, state0 = config.split(observation[:, None])
-    goals = goal_features(desired_goal)
+    goals = _goals(desired_goal, config)
     mask = observation[..., ENTITY_PRESENT] > 0.5 if mask is None else mask.to(device)
-    goal_mask = desired_goal[..., GOAL_PRESENT] > 0.5
+    goal_mask = _goal_mask(desired_goal, config)
 
     given, clean = _known_entries(known_states, known_mask, state_shape, device)
     padded = ~mask[:, None, :, None]

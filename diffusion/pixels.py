@@ -15,6 +15,11 @@ conditioning, future rows and actions predicted jointly.
 - :class:`PixelPlanner` is the policy: ``obs["pixels"]`` (an env made with ``pixels=P``) → encoder
   → normalised rows → :class:`~ecrl.diffusion.planner.DiffusionPlanner`. Its policy ``meta`` carries
   ``pixels = {"size", "cameras"}``, from which the evaluation runner makes envs that render them.
+- **Goal images** (``goal_images=True``): the goal is given as frames of the goal configuration from
+  the same cameras (``ecrl-collect --goal-pixels``, ``PushEnv(goal_pixels=True)``), encoded by the
+  same encoder and normalised the same way: ``V · K`` generic goal rows (``DenoiserConfig.goal_dim``)
+  instead of the goal rows. ``meta["pixels"]`` then has ``"goal": true`` and the runner's envs
+  observe ``goal_pixels`` too.
 """
 
 from __future__ import annotations
@@ -79,18 +84,33 @@ class LatentWindows:
         encoder: the frozen encoder (its cameras and image size must be the dataset's).
         device: where the encoder runs.
 
+    With ``goal_images``, each episode's goal frames (``data.goal_pixels``) are encoded and normalised
+    alike into :attr:`goal_rows`, and a window's ``desired_goal`` is its episode's.
+
     Attributes:
         rows: ``(S + E, V * K, D)`` normalised, tracked entity rows of every state.
+        goal_rows: ``(E, V * K, D)`` normalised entity rows of each episode's goal frames (``None``
+            without ``goal_images``).
         mean, std: ``(D,)`` the normalisation.
         success: per episode (as :attr:`DemoDataset.success`).
     """
 
     def __init__(
-        self, data: DemoDataset, encoder: EntityEncoder, device: torch.device | str = "cpu", progress: bool = True
+        self,
+        data: DemoDataset,
+        encoder: EntityEncoder,
+        device: torch.device | str = "cpu",
+        progress: bool = True,
+        goal_images: bool = False,
     ) -> None:
         if data.pixels is None:
             raise DatasetError(
                 f"{data.path} holds no frames: planning over an encoder's entities needs `ecrl-collect --pixels`"
+            )
+        if goal_images and data.goal_pixels is None:
+            raise DatasetError(
+                f"{data.path} holds no goal frames: planning towards goal images needs `ecrl-collect --pixels P "
+                "--goal-pixels`"
             )
         views, size = len(data.cameras), int(data.pixel_meta["size"])
         if (encoder.config.views, encoder.config.image_size) != (views, size):
@@ -102,12 +122,21 @@ class LatentWindows:
         raw = _encode_all(encoder, data.pixels, 256, device, progress)
         self.mean, self.std = raw.mean((0, 1)), raw.std((0, 1)) + 1e-6
         self.rows = track((raw - self.mean) / self.std, data.lengths, views).astype(np.float32)
+        self.goal_rows = None
+        if goal_images:
+            goal = _encode_all(encoder, data.goal_pixels, 256, device, progress)
+            self.goal_rows = ((goal - self.mean) / self.std).astype(np.float32)
 
     def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """As :meth:`DemoDataset.sample_windows`, with ``observation (B, H + 1, V * K, D)`` encoder rows and an all-True ``mask``."""
+        """As :meth:`DemoDataset.sample_windows`, with ``observation (B, H + 1, V * K, D)`` encoder rows and an
+        all-True ``mask`` (with goal images, also ``desired_goal (B, V * K, D)`` and an all-True ``goal_mask``)."""
         batch = self.data.sample_windows(batch_size, horizon, rng)
         batch["observation"] = self.rows[batch["state_index"]]
         batch["mask"] = np.ones((batch_size, self.rows.shape[1]), bool)
+        if self.goal_rows is not None:
+            episode = np.searchsorted(self.data.state_starts, batch["state_index"][:, 0], side="right") - 1
+            batch["desired_goal"] = self.goal_rows[episode]
+            batch["goal_mask"] = np.ones(self.goal_rows.shape[:2], bool)[episode]
         return batch
 
 
@@ -120,15 +149,29 @@ class PixelPlanner(nn.Module):
         planner: the keyword arguments of the :class:`DiffusionPlanner` (its denoiser has ``entity_dim``
             = the encoder's row width).
         mean, std: the row normalisation (:class:`LatentWindows`).
+        goal_images: the goal is ``obs["goal_pixels"]``, frames of the goal configuration, encoded like the
+            observation (the planner's denoiser has ``goal_dim`` = the row width); otherwise the goal rows.
     """
 
     def __init__(
-        self, encoder: Mapping[str, Any], planner: Mapping[str, Any], mean: list[float], std: list[float]
+        self,
+        encoder: Mapping[str, Any],
+        planner: Mapping[str, Any],
+        mean: list[float],
+        std: list[float],
+        goal_images: bool = False,
     ) -> None:
         super().__init__()
         self.encoder = build_encoder(encoder["kind"], **encoder["config"]).eval().requires_grad_(False)
         self.planner = DiffusionPlanner(**planner)
+        self.goal_images = bool(goal_images)
         width = self.planner.denoiser.config.entity_dim
+        goal_dim = self.planner.denoiser.config.goal_dim
+        if goal_dim != (width if self.goal_images else 0):
+            raise ValueError(
+                f"goal_images={self.goal_images} needs the planner's goal_dim to be "
+                f"{width if self.goal_images else 0}, got {goal_dim}"
+            )
         if width != self.encoder.entity_dim or len(mean) != width or len(std) != width:
             raise ValueError(
                 f"the planner's rows are {width} wide, the encoder's {self.encoder.entity_dim}, the normalisation "
@@ -144,6 +187,7 @@ class PixelPlanner(nn.Module):
             "planner": self.planner.kwargs,
             "mean": self.mean.tolist(),
             "std": self.std.tolist(),
+            **({"goal_images": True} if self.goal_images else {}),
         }
 
     def train(self, mode: bool = True) -> PixelPlanner:
@@ -169,4 +213,12 @@ class PixelPlanner(nn.Module):
             )
         rows = self.rows(obs["pixels"])
         mask = torch.ones(rows.shape[:2], dtype=torch.bool, device=rows.device)
-        return self.planner({"observation": rows, "desired_goal": obs["desired_goal"], "mask": mask})
+        goal = obs["desired_goal"]
+        if self.goal_images:
+            if "goal_pixels" not in obs:
+                raise ValueError(
+                    "this planner plans towards goal images: its observations need 'goal_pixels' "
+                    "(make the env with pixels=P, goal_pixels=True)"
+                )
+            goal = self.rows(obs["goal_pixels"])
+        return self.planner({"observation": rows, "desired_goal": goal, "mask": mask})

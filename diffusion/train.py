@@ -123,7 +123,8 @@ class _Trainer:
         # Planning from pixels: (frozen encoder, LatentWindows, {"size", "cameras"}); None for state entities.
         self.pixels = pixels
         self.entity_dim = pixels[0].entity_dim if pixels else 0
-        self.planner = config.make_planner(self.entity_dim).to(device)
+        self.goal_dim = self.entity_dim if config.goal_images else 0
+        self.planner = config.make_planner(self.entity_dim, self.goal_dim).to(device)
         self.models = planner_denoisers(self.planner)
         if config.init_from is not None:
             init_from(self.models, config.init_from, device)
@@ -139,7 +140,7 @@ class _Trainer:
         self.generator = torch.Generator(device).manual_seed(distributed.rank_seed(config.seed, world.rank))
 
     def ema_planner(self) -> DiffusionPlanner | HierarchicalPlanner:
-        planner = self.config.make_planner(self.entity_dim)
+        planner = self.config.make_planner(self.entity_dim, self.goal_dim)
         for name, model in planner_denoisers(planner).items():
             model.load_state_dict(self.emas[name].model.state_dict())
         return planner.to(self.device).eval()
@@ -151,7 +152,9 @@ class _Trainer:
         encoder, windows, frames = self.pixels
         planner = self.ema_planner()
         kind = {"kind": encoder.kind, "config": encoder.config_dict()}
-        module = PixelPlanner(kind, planner.kwargs, windows.mean.tolist(), windows.std.tolist())
+        module = PixelPlanner(
+            kind, planner.kwargs, windows.mean.tolist(), windows.std.tolist(), goal_images=self.config.goal_images
+        )
         module.encoder.load_state_dict(encoder.state_dict())
         module.planner.load_state_dict(planner.state_dict())
         ones = np.ones(planner.denoiser.config.action_dim, dtype=np.float32)
@@ -305,7 +308,11 @@ def _run_meta(config: DiffusionTrainConfig, demonstrations: int, task: dict[str,
             "subgoal_replan_every": config.subgoal_replan_every or config.subgoal_every,
         }
     if config.encoder is not None:
-        meta |= {"arch": "diffusion_from_pixels", "encoder": str(config.encoder)}
+        meta |= {
+            "arch": "diffusion_from_pixels",
+            "encoder": str(config.encoder),
+            "goal": "images" if config.goal_images else "rows",
+        }
     return meta
 
 
@@ -336,8 +343,11 @@ def _train(run: Run, world: World, device: torch.device) -> DiffusionTrainResult
     pixels = None
     if config.encoder is not None:
         encoder = load_encoder(config.encoder, device)
-        source = LatentWindows(dataset, encoder, device, progress=config.progress and main)
-        pixels = (encoder, source, {"size": int(dataset.pixel_meta["size"]), "cameras": list(dataset.cameras)})
+        source = LatentWindows(
+            dataset, encoder, device, progress=config.progress and main, goal_images=config.goal_images
+        )
+        frames = {"size": int(dataset.pixel_meta["size"]), "cameras": list(dataset.cameras)}
+        pixels = (encoder, source, frames | ({"goal": True} if config.goal_images else {}))
     trainer = _Trainer(config, device, pixels, world)
     if run.resumed:
         trainer.load(run.checkpoint)

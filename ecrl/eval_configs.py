@@ -143,7 +143,7 @@ def push_configs(
     skill: str | None = None,
 ) -> list[EvalConfig]:
     """Every part × N of a push evaluation, parts outermost; ``pixels`` (a planner's ``meta["pixels"]``) adds
-    its camera frames to the observations; a ``skill`` (push, pick_place, stack) runs it on the Fetch arm."""
+    its camera frames to the observations (and, with ``"goal": true``, the goal images); a ``skill`` (push, pick_place, stack) runs it on the Fetch arm."""
     env_id = "ecrl/Push-v0" if skill is None else FETCH_SKILL_IDS[skill]
     configs = []
     for part in parts:
@@ -151,6 +151,8 @@ def push_configs(
             kwargs = {"n_objects": n, "goal": goal, "split": split, "part": part, "n_max": n_max}
             if pixels:
                 kwargs.update(pixels=int(pixels["size"]), cameras=tuple(pixels["cameras"]))
+                if pixels.get("goal"):
+                    kwargs["goal_pixels"] = True
             configs.append(EvalConfig(part, n, env_id, kwargs, default_horizon(n)))
     return configs
 

@@ -109,14 +109,16 @@ class Policy:
                 f"observation {tuple(tensors['observation'].shape)} and desired_goal "
                 f"{tuple(tensors['desired_goal'].shape)}: one is batched and the other is not"
             )
-        if "pixels" in obs:  # camera frames, for policies that plan from pixels (see ecrl.diffusion.pixels)
-            pixels = torch.as_tensor(np.asarray(obs["pixels"]), device=self.device)
+        for key in ("pixels", "goal_pixels"):  # camera frames (and goal images), for policies that plan from pixels
+            if key not in obs:  # (see ecrl.diffusion.pixels)
+                continue
+            pixels = torch.as_tensor(np.asarray(obs[key]), device=self.device)
             if pixels.ndim != (4 if single else 5):
                 raise ValueError(
-                    f"obs['pixels']: expected (V, P, P, 3) frames with unbatched rows or (B, V, P, P, 3) with "
+                    f"obs[{key!r}]: expected (V, P, P, 3) frames with unbatched rows or (B, V, P, P, 3) with "
                     f"batched ones, got shape {tuple(pixels.shape)}"
                 )
-            tensors["pixels"] = pixels
+            tensors[key] = pixels
         if single:
             tensors = {k: v[None] for k, v in tensors.items()}
         elif len({t.shape[0] for t in tensors.values()}) > 1:

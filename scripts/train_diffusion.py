@@ -23,6 +23,10 @@ Examples:
     ecrl-collect --out data/push4-sort --n-objects 4 --goal sort --episodes 1000
     ecrl-train-diffusion --dataset data/push4-sort --planner hierarchical --subgoal-every 8 --subgoal-horizon 8
 
+    # from pixels towards goal images: a frozen encoder's entities of the frames and of the goal's frames
+    ecrl-collect --out data/push2-pixgoal --n-objects 2 --episodes 600 --pixels 64 --goal-pixels
+    ecrl-train-diffusion --dataset data/push2-pixgoal --encoder results/encoders/particles --goal-images
+
     # continue a killed run from its last checkpoint (or extend a finished one with --steps)
     ecrl-train-diffusion --resume runs/push3__diffusion__0__20261130-150000
 

@@ -81,3 +81,58 @@ def test_a_planner_from_pixels_trains_saves_and_acts_on_pixel_observations(pixel
     assert len(report.results[0].success) == 1
     with pytest.raises(ValueError, match="flat planner only"):
         tiny_train_config(data_path, tmp_path, encoder=encoder_path, planner="hierarchical")
+
+
+@pytest.fixture(scope="module")
+def goal_image_demos(tmp_path_factory, pixel_demos):
+    """The same kind of episodes, collected with the frames of their goal configuration."""
+    path = tmp_path_factory.mktemp("goalimg") / "data"
+    collect_dataset(
+        path, CollectConfig(n_objects=(2,), episodes=2, pixels=32, idle_steps=2, goal_pixels=True, progress=False)
+    )
+    return path, pixel_demos[1]
+
+
+def test_latent_windows_give_each_window_its_episodes_encoded_goal_frames(goal_image_demos, pixel_demos):
+    data_path, encoder_path = goal_image_demos
+    data, encoder = DemoDataset(data_path), ecrl.encoders.load_encoder(encoder_path)
+    windows = LatentWindows(data, encoder, progress=False, goal_images=True)
+    assert windows.goal_rows.shape == (len(data), 6, 14)
+    with torch.no_grad():
+        raw = encoder.encode(ecrl.encoders.frames_to_images(torch.as_tensor(data.goal_pixels)))[0].numpy()
+    np.testing.assert_allclose(windows.goal_rows, (raw - windows.mean) / windows.std, rtol=1e-5, atol=1e-5)
+    batch = windows.sample_windows(16, 3, np.random.default_rng(0))
+    episode = np.searchsorted(data.state_starts, batch["state_index"][:, 0], side="right") - 1
+    assert set(episode.tolist()) == {0, 1}  # both episodes drawn: the check below tells them apart
+    np.testing.assert_array_equal(batch["desired_goal"], windows.goal_rows[episode])
+    assert batch["goal_mask"].shape == (16, 6) and batch["goal_mask"].all()
+    with pytest.raises(DatasetError, match="no goal frames"):
+        LatentWindows(DemoDataset(pixel_demos[0]), encoder, progress=False, goal_images=True)
+
+
+def test_a_planner_towards_goal_images_trains_saves_and_acts_on_goal_frames(goal_image_demos, tmp_path):
+    data_path, encoder_path = goal_image_demos
+    result = train(tiny_train_config(data_path, tmp_path, encoder=encoder_path, goal_images=True))
+    policy = ecrl.load(result.run_dir)
+    assert policy.meta["pixels"] == {"size": 32, "cameras": ["front", "top"], "goal": True}
+    assert policy.meta["goal"] == "images"
+    env = gym.make("ecrl/Push-v0", n_objects=3, pixels=32, goal_pixels=True)
+    obs, _ = env.reset(seed=0)
+    policy.reset()
+    first = policy.act(obs)
+    assert first.shape == (2,) and np.abs(first).max() <= 1
+    # the goal comes from the goal frames, not the goal rows: other frames, another plan
+    policy.reset()
+    moved = policy.act({**obs, "goal_pixels": np.ascontiguousarray(obs["goal_pixels"][:, ::-1])})
+    policy.reset()
+    assert np.array_equal(policy.act(obs), first) and not np.array_equal(moved, first)
+    policy.reset()
+    rows_changed = policy.act({**obs, "desired_goal": np.zeros_like(obs["desired_goal"])})
+    np.testing.assert_array_equal(rows_changed, first)
+    with pytest.raises(ValueError, match="goal_pixels"):
+        policy.act({k: v for k, v in obs.items() if k != "goal_pixels"})
+    # the runner makes envs that render the goal frames
+    report = evaluate(policy, [2], episodes=1, progress=False)
+    assert len(report.results[0].success) == 1
+    with pytest.raises(ValueError, match="needs --encoder"):
+        tiny_train_config(data_path, tmp_path, goal_images=True)
