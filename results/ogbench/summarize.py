@@ -90,6 +90,54 @@ def tables(summary: dict) -> str:
     return "\n".join(out)
 
 
+def seeds(summary: dict) -> dict:
+    """``{recipe: {N: {"seeds": {model: rate}, "mean": …, "sd": …, "pooled": …}}}`` over the training seeds of a
+    recipe: the models ``<recipe>`` (seed 0) and ``<recipe>_s<k>`` (seed k), at each N every seed was evaluated on.
+    ``pooled``: successes over episodes of all seeds together."""
+    groups: dict = {}
+    for model in summary:
+        recipe = model.rsplit("_s", 1)[0] if model.rsplit("_s", 1)[-1].isdigit() else model
+        groups.setdefault(recipe, []).append(model)
+    out: dict = {}
+    for recipe, models in groups.items():
+        if len(models) < 2:
+            continue
+        for n in SIZES:
+            if not all(n in summary[m] for m in models):
+                continue
+            overall = {m: summary[m][n]["overall"] for m in models}
+            rates = [o["success_rate"] for o in overall.values()]
+            mean = sum(rates) / len(rates)
+            sd = (sum((r - mean) ** 2 for r in rates) / (len(rates) - 1)) ** 0.5
+            pooled = sum(o["successes"] for o in overall.values()) / sum(o["episodes"] for o in overall.values())
+            out.setdefault(recipe, {})[n] = {
+                "seeds": {m: o["success_rate"] for m, o in overall.items()},
+                "mean": mean,
+                "sd": sd,
+                "pooled": pooled,
+            }
+    return out
+
+
+def seed_table(by_recipe: dict) -> str:
+    rows = []
+    for recipe, by_n in by_recipe.items():
+        for n, r in by_n.items():
+            per_seed = ", ".join(pct(v) for v in r["seeds"].values())
+            rows.append(
+                [
+                    f"`{recipe}`",
+                    n,
+                    len(r["seeds"]),
+                    per_seed,
+                    f"**{pct(r['mean'])} ± {pct(r['sd'])}**",
+                    pct(r["pooled"]),
+                ]
+            )
+    header = ["recipe", "N", "seeds", "per seed (%)", "mean ± sd (%)", "pooled (%)"]
+    return markdown_table(header, rows) if rows else ""
+
+
 def plot(summary: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     for method, by_n in PUBLISHED.items():
@@ -124,9 +172,12 @@ def plot(summary: dict, path: Path) -> None:
 
 def main() -> None:
     summary = load()
-    (HERE / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    by_recipe = seeds(summary)
+    (HERE / "summary.json").write_text(json.dumps(summary | {"over_seeds": by_recipe}, indent=1) + "\n")
     plot(summary, HERE / "success_vs_cubes.png")
     print(tables(summary))
+    if by_recipe:
+        print("Over training seeds:\n\n" + seed_table(by_recipe))
 
 
 if __name__ == "__main__":
