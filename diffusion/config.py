@@ -141,8 +141,8 @@ class DiffusionTrainConfig(ComputeOptions):
             problems.append(f"placed_objects must be >= 0, got {self.placed_objects}")
         if self.placed_objects and (self.encoder is not None or self.planner != "flat"):
             problems.append("placed_objects is implemented for the flat state planner (no --encoder)")
-        if self.recolour and (self.encoder is not None or self.planner != "flat"):
-            problems.append("recolour is implemented for the flat state planner (no --encoder)")
+        if self.recolour and self.encoder is not None:
+            problems.append("recolour is implemented for state planners (no --encoder)")
         if self.goal_images and self.encoder is None:
             problems.append("goal_images plans from pixels towards goal images: it needs --encoder")
         if self.encoder is not None and self.init_from is not None:

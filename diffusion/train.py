@@ -167,17 +167,21 @@ class _Trainer:
         # Play data has no goal per episode: every window's goal is a state it reached later.
         hindsight = {"hindsight": config.hindsight} if getattr(dataset, "play", False) else {}
 
-        def tensors(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        def windows(horizon: int) -> dict[str, np.ndarray]:
+            """Dense windows, augmented before any hierarchical re-cutting (which drops achieved goals)."""
+            batch = dataset.sample_windows(batch_size, horizon, rng, **hindsight)
             batch = add_placed_objects(batch, rng, config.placed_objects) if config.placed_objects else batch
-            batch = recolour_windows(batch, rng) if config.recolour else batch
+            return recolour_windows(batch, rng) if config.recolour else batch
+
+        def tensors(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
             return {k: torch.as_tensor(np.ascontiguousarray(v), device=self.device) for k, v in batch.items()}
 
         if config.planner == "flat":
-            batch = tensors(dataset.sample_windows(batch_size, config.denoiser.horizon, rng, **hindsight))
+            batch = tensors(windows(config.denoiser.horizon))
             return {"": loss(models[""], batch, self.generator, config.action_weight, goal_dropout=config.goal_dropout)}
         k, hh = config.subgoal_every, config.subgoal_horizon
-        high = subgoal_windows(dataset.sample_windows(batch_size, k * hh, rng, **hindsight), k, dataset.success)
-        low = segment_windows(dataset.sample_windows(batch_size, k, rng, **hindsight), dataset.success)
+        high = subgoal_windows(windows(k * hh), k, dataset.success)
+        low = segment_windows(windows(k), dataset.success)
         return {
             "high": loss(models["high"], tensors(high), self.generator, config.subgoal_action_weight),
             "low": loss(models["low"], tensors(low), self.generator, config.action_weight, given_last=True),

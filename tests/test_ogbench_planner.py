@@ -207,3 +207,29 @@ def test_recolouring_gives_each_object_and_its_goals_one_new_colour(play_data):
     swapped["goal_mask"] = np.ones_like(batch["goal_mask"])
     with pytest.raises(ValueError, match="desired_goal row i to refer to object i"):
         recolour_windows(swapped, np.random.default_rng(1))
+
+
+@needs_ogbench
+def test_a_hierarchical_planner_trains_on_recoloured_windows_at_both_levels(play_data, tmp_path, monkeypatch):
+    import ecrl.diffusion.train as diffusion_train
+
+    horizons = []
+
+    def counted(batch, rng):
+        horizons.append(batch["action"].shape[1])
+        return recolour_windows(batch, rng)
+
+    monkeypatch.setattr(diffusion_train, "recolour_windows", counted)
+    hierarchical = {"planner": "hierarchical", "subgoal_every": 2, "subgoal_horizon": 2, "subgoal_sampling_steps": 2}
+    result = train(tiny_train_config(play_data, tmp_path / "runs", recolour=True, **hierarchical))
+    steps = json.loads((result.run_dir / "config.json").read_text())["steps"]
+    # every step recolours a dense high-level window (K * Hh = 4 steps) and a low-level one (K = 2)
+    assert sorted(set(horizons)) == [2, 4] and horizons.count(4) == horizons.count(2) == steps
+    policy = ecrl.load(result.run_dir / "final")
+    from ecrl.envs.ogbench import OGBenchCubeEnv
+
+    env = OGBenchCubeEnv(3, task_id=1, max_episode_steps=2)
+    obs, _ = env.reset(seed=0)
+    policy.reset()
+    assert policy.act(obs).shape == (5,)
+    env.close()

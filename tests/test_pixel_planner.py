@@ -81,6 +81,8 @@ def test_a_planner_from_pixels_trains_saves_and_acts_on_pixel_observations(pixel
     assert len(report.results[0].success) == 1
     with pytest.raises(ValueError, match="flat planner only"):
         tiny_train_config(data_path, tmp_path, encoder=encoder_path, planner="hierarchical")
+    with pytest.raises(ValueError, match="recolour is implemented for state planners"):
+        tiny_train_config(data_path, tmp_path, encoder=encoder_path, recolour=True)
 
 
 @pytest.fixture(scope="module")
