@@ -32,6 +32,10 @@ class DiffusionTrainConfig(ComputeOptions):
     goal is the encoder's entities of the frames of the goal configuration, as ECRL and EC-Diffuser give it,
     instead of the goal rows (the targets' attributes and positions). The policy then reads
     ``obs["goal_pixels"]`` (envs made with ``goal_pixels=True``)."""
+    table_frame: bool = False
+    """Plan from pixels over table-frame keypoints (``--encoder``): each particle's image position is lifted
+    to where its camera's ray meets the plane at an object's centre height (the cameras' calibration), the
+    frame of the goal rows and of the other views' particles (:func:`ecrl.diffusion.pixels.lift_to_table`)."""
     denoiser: DenoiserConfig = field(default_factory=DenoiserConfig)
     """The denoiser: its size, its noise schedule and (flat planner) its ``horizon``, the plan length in env
     steps. The hierarchical planner's two denoisers have this size with horizons ``subgoal_horizon``
@@ -143,6 +147,8 @@ class DiffusionTrainConfig(ComputeOptions):
             problems.append("placed_objects is implemented for the flat state planner (no --encoder)")
         if self.recolour and self.encoder is not None:
             problems.append("recolour is implemented for state planners (no --encoder)")
+        if self.table_frame and self.encoder is None:
+            problems.append("table_frame lifts an encoder's keypoints: it needs --encoder")
         if self.goal_images and self.encoder is None:
             problems.append("goal_images plans from pixels towards goal images: it needs --encoder")
         if self.encoder is not None and self.init_from is not None:

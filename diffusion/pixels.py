@@ -20,6 +20,10 @@ conditioning, future rows and actions predicted jointly.
   same encoder and normalised the same way: ``V · K`` generic goal rows (``DenoiserConfig.goal_dim``)
   instead of the goal rows. ``meta["pixels"]`` then has ``"goal": true`` and the runner's envs
   observe ``goal_pixels`` too.
+- **Table-frame keypoints** (``table_height=h``): each particle's image position is lifted to where
+  its camera's ray meets the horizontal plane ``z = h`` (:func:`lift_to_table`, the cameras'
+  calibration of :func:`ecrl.envs.scene.unproject`), so that the particles of every view, the goal
+  rows and the actions share the table's frame (metres), instead of each view's image frame.
 """
 
 from __future__ import annotations
@@ -38,8 +42,48 @@ from ecrl.checkpoint import register_builder
 from ecrl.datasets import DatasetError, DemoDataset
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.encoders import EntityEncoder, build_encoder, frames_to_images
+from ecrl.envs.scene import unproject
 
-__all__ = ["LatentWindows", "PixelPlanner"]
+__all__ = ["OBJECT_CENTRE", "LatentWindows", "PixelPlanner", "lift_to_table"]
+
+OBJECT_CENTRE = 0.025
+"""The height (metres) of the plane table-frame keypoints are lifted to by default: the centre of an object of
+the default size (``ObjectSpec.size``, a cube's half side or a sphere's radius)."""
+
+TABLE_REACH = 1.0
+"""Lifted positions are clipped to ``[-TABLE_REACH, TABLE_REACH]`` metres: a ray above the horizon (a
+particle on the wall or the sky of the front camera) meets no table and is put at that edge."""
+
+
+def position_columns(encoder: EntityEncoder) -> slice:
+    """The columns of an entity row that hold the keypoint's image position (an encoder with ``fields()``)."""
+    fields = encoder.fields() if hasattr(encoder, "fields") else {}
+    if "position" not in fields:
+        raise ValueError(
+            f"table-frame keypoints lift each entity's image position: the {encoder.kind!r} encoder's rows have no "
+            "'position' field (use the particle encoder)"
+        )
+    return fields["position"]
+
+
+def lift_to_table(entities: np.ndarray, cameras: list[str], columns: slice, height: float) -> np.ndarray:
+    """Entity rows ``(..., V * K, D)`` with each view's image positions (``columns``) replaced by table-frame ones.
+
+    A position ``(x, y)`` of view ``v`` (image coordinates in ``[-1, 1]``) becomes the ``(x, y)`` in metres
+    where the ray of ``cameras[v]`` through it meets the plane ``z = height``, clipped to
+    :data:`TABLE_REACH`. The other columns are unchanged.
+    """
+    if entities.shape[-2] % len(cameras):
+        raise ValueError(f"{entities.shape[-2]} entities per frame do not split into {len(cameras)} camera views")
+    out = np.array(entities, dtype=np.float32, copy=True)
+    k = entities.shape[-2] // len(cameras)
+    for v, camera in enumerate(cameras):
+        block = out[..., v * k : (v + 1) * k, columns]
+        world = unproject(block, camera, height)[..., :2]
+        out[..., v * k : (v + 1) * k, columns] = np.clip(
+            np.nan_to_num(world, nan=TABLE_REACH), -TABLE_REACH, TABLE_REACH
+        )
+    return out
 
 
 def _encode_all(encoder: EntityEncoder, pixels: np.ndarray, batch: int, device, progress: bool) -> np.ndarray:
@@ -85,7 +129,9 @@ class LatentWindows:
         device: where the encoder runs.
 
     With ``goal_images``, each episode's goal frames (``data.goal_pixels``) are encoded and normalised
-    alike into :attr:`goal_rows`, and a window's ``desired_goal`` is its episode's.
+    alike into :attr:`goal_rows`, and a window's ``desired_goal`` is its episode's. With
+    ``table_height``, the rows' positions are lifted to the table's frame (:func:`lift_to_table`)
+    before they are normalised.
 
     Attributes:
         rows: ``(S + E, V * K, D)`` normalised, tracked entity rows of every state.
@@ -102,6 +148,7 @@ class LatentWindows:
         device: torch.device | str = "cpu",
         progress: bool = True,
         goal_images: bool = False,
+        table_height: float | None = None,
     ) -> None:
         if data.pixels is None:
             raise DatasetError(
@@ -119,12 +166,16 @@ class LatentWindows:
                 f"holds {views} camera(s) ({', '.join(data.cameras)}) at {size} px"
             )
         self.data, self.success = data, data.success
-        raw = _encode_all(encoder, data.pixels, 256, device, progress)
+        lift = lambda rows: rows  # noqa: E731
+        if table_height is not None:
+            columns, cameras = position_columns(encoder), list(data.cameras)
+            lift = lambda rows: lift_to_table(rows, cameras, columns, table_height)  # noqa: E731
+        raw = lift(_encode_all(encoder, data.pixels, 256, device, progress))
         self.mean, self.std = raw.mean((0, 1)), raw.std((0, 1)) + 1e-6
         self.rows = track((raw - self.mean) / self.std, data.lengths, views).astype(np.float32)
         self.goal_rows = None
         if goal_images:
-            goal = _encode_all(encoder, data.goal_pixels, 256, device, progress)
+            goal = lift(_encode_all(encoder, data.goal_pixels, 256, device, progress))
             self.goal_rows = ((goal - self.mean) / self.std).astype(np.float32)
 
     def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -151,6 +202,8 @@ class PixelPlanner(nn.Module):
         mean, std: the row normalisation (:class:`LatentWindows`).
         goal_images: the goal is ``obs["goal_pixels"]``, frames of the goal configuration, encoded like the
             observation (the planner's denoiser has ``goal_dim`` = the row width); otherwise the goal rows.
+        table_height: lift the rows' positions to the table's frame at this height (:func:`lift_to_table`);
+            ``cameras`` names the views, in the encoder's order. ``None``: image positions.
     """
 
     def __init__(
@@ -160,6 +213,8 @@ class PixelPlanner(nn.Module):
         mean: list[float],
         std: list[float],
         goal_images: bool = False,
+        table_height: float | None = None,
+        cameras: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.encoder = build_encoder(encoder["kind"], **encoder["config"]).eval().requires_grad_(False)
@@ -177,6 +232,15 @@ class PixelPlanner(nn.Module):
                 f"the planner's rows are {width} wide, the encoder's {self.encoder.entity_dim}, the normalisation "
                 f"{len(mean)}/{len(std)}: they must agree"
             )
+        self.table_height = None if table_height is None else float(table_height)
+        self.cameras = list(cameras or [])
+        if self.table_height is not None:
+            self.columns = position_columns(self.encoder)
+            if len(self.cameras) != self.encoder.config.views:
+                raise ValueError(
+                    f"table-frame keypoints need the name of each of the encoder's {self.encoder.config.views} "
+                    f"camera(s), got {self.cameras}"
+                )
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32))
 
@@ -188,6 +252,7 @@ class PixelPlanner(nn.Module):
             "mean": self.mean.tolist(),
             "std": self.std.tolist(),
             **({"goal_images": True} if self.goal_images else {}),
+            **({"table_height": self.table_height, "cameras": self.cameras} if self.table_height is not None else {}),
         }
 
     def train(self, mode: bool = True) -> PixelPlanner:
@@ -203,6 +268,9 @@ class PixelPlanner(nn.Module):
         if pixels.ndim != 5 or pixels.shape[-1] != 3:
             raise ValueError(f"obs['pixels']: expected (B, V, P, P, 3) uint8 frames, got shape {tuple(pixels.shape)}")
         entities, _ = self.encoder.encode(frames_to_images(pixels.to(self.mean.device)))
+        if self.table_height is not None:
+            lifted = lift_to_table(entities.cpu().numpy(), self.cameras, self.columns, self.table_height)
+            entities = torch.from_numpy(lifted).to(entities.device)
         return (entities - self.mean) / self.std
 
     @torch.no_grad()

@@ -47,7 +47,7 @@ from ecrl.diffusion.config import DiffusionTrainConfig
 from ecrl.diffusion.ema import EMA
 from ecrl.diffusion.hierarchical import HierarchicalPlanner, segment_windows, subgoal_windows
 from ecrl.diffusion.noise import LossTerms, loss
-from ecrl.diffusion.pixels import LatentWindows, PixelPlanner
+from ecrl.diffusion.pixels import OBJECT_CENTRE, LatentWindows, PixelPlanner
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.warm_start import init_from, planner_denoisers
 from ecrl.distributed import World
@@ -152,8 +152,14 @@ class _Trainer:
         encoder, windows, frames = self.pixels
         planner = self.ema_planner()
         kind = {"kind": encoder.kind, "config": encoder.config_dict()}
+        table = {"table_height": OBJECT_CENTRE, "cameras": frames["cameras"]} if self.config.table_frame else {}
         module = PixelPlanner(
-            kind, planner.kwargs, windows.mean.tolist(), windows.std.tolist(), goal_images=self.config.goal_images
+            kind,
+            planner.kwargs,
+            windows.mean.tolist(),
+            windows.std.tolist(),
+            goal_images=self.config.goal_images,
+            **table,
         )
         module.encoder.load_state_dict(encoder.state_dict())
         module.planner.load_state_dict(planner.state_dict())
@@ -316,6 +322,7 @@ def _run_meta(config: DiffusionTrainConfig, demonstrations: int, task: dict[str,
             "arch": "diffusion_from_pixels",
             "encoder": str(config.encoder),
             "goal": "images" if config.goal_images else "rows",
+            **({"keypoints": "table"} if config.table_frame else {}),
         }
     return meta
 
@@ -348,7 +355,12 @@ def _train(run: Run, world: World, device: torch.device) -> DiffusionTrainResult
     if config.encoder is not None:
         encoder = load_encoder(config.encoder, device)
         source = LatentWindows(
-            dataset, encoder, device, progress=config.progress and main, goal_images=config.goal_images
+            dataset,
+            encoder,
+            device,
+            progress=config.progress and main,
+            goal_images=config.goal_images,
+            table_height=OBJECT_CENTRE if config.table_frame else None,
         )
         frames = {"size": int(dataset.pixel_meta["size"]), "cameras": list(dataset.cameras)}
         pixels = (encoder, source, frames | ({"goal": True} if config.goal_images else {}))

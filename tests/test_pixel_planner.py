@@ -10,9 +10,10 @@ import ecrl
 from ecrl.datasets import CollectConfig, DatasetError, DemoDataset, collect_dataset
 from ecrl.diffusion import DenoiserConfig, EntityDenoiser
 from ecrl.diffusion.noise import loss, sample
-from ecrl.diffusion.pixels import LatentWindows, track
+from ecrl.diffusion.pixels import OBJECT_CENTRE, TABLE_REACH, LatentWindows, lift_to_table, track
 from ecrl.diffusion.train import train
 from ecrl.encoders import build_encoder, save_encoder
+from ecrl.envs.scene import project
 from ecrl.evaluation import evaluate
 
 ENCODER = {"views": 2, "image_size": 32, "entities": 3, "width": 8, "feature_dim": 4, "prior_keypoints": 4}
@@ -138,3 +139,53 @@ def test_a_planner_towards_goal_images_trains_saves_and_acts_on_goal_frames(goal
     assert len(report.results[0].success) == 1
     with pytest.raises(ValueError, match="needs --encoder"):
         tiny_train_config(data_path, tmp_path, goal_images=True)
+
+
+def test_table_frame_keypoints_are_where_the_camera_rays_meet_the_table():
+    rng = np.random.default_rng(0)
+    world = np.concatenate([rng.uniform(-0.3, 0.3, (5, 2)), np.full((5, 1), OBJECT_CENTRE)], -1)  # on the table
+    rows = rng.normal(size=(1, 10, 7)).astype(np.float32)  # 2 views x 5 entities; position in columns 1:3
+    rows[0, :5, 1:3], rows[0, 5:, 1:3] = project(world, "front"), project(world, "top")
+    lifted = lift_to_table(rows, ["front", "top"], slice(1, 3), OBJECT_CENTRE)
+    # both views' particles of a point land on its table position, whatever the camera
+    np.testing.assert_allclose(lifted[0, :5, 1:3], world[:, :2], atol=1e-5)
+    np.testing.assert_allclose(lifted[0, 5:, 1:3], world[:, :2], atol=1e-5)
+    np.testing.assert_array_equal(np.delete(lifted, [1, 2], -1), np.delete(rows, [1, 2], -1))  # the rest unchanged
+    # a ray above the horizon meets no table: clipped to the reach, never NaN
+    rows[0, 0, 1:3] = (0.0, -5.0)
+    far = lift_to_table(rows, ["front", "top"], slice(1, 3), OBJECT_CENTRE)
+    assert np.isfinite(far).all() and np.abs(far[..., 1:3]).max() <= TABLE_REACH
+    with pytest.raises(ValueError, match="camera views"):
+        lift_to_table(rows[:, :9], ["front", "top"], slice(1, 3), OBJECT_CENTRE)
+
+
+def test_a_planner_over_table_frame_keypoints_trains_lifts_and_acts(goal_image_demos, tmp_path):
+    data_path, encoder_path = goal_image_demos
+    data, encoder = DemoDataset(data_path), ecrl.encoders.load_encoder(encoder_path)
+    windows = LatentWindows(data, encoder, progress=False, goal_images=True, table_height=OBJECT_CENTRE)
+    with torch.no_grad():
+        raw = encoder.encode(ecrl.encoders.frames_to_images(torch.as_tensor(data.pixels[:4])))[0].numpy()
+    lifted = lift_to_table(raw, list(data.cameras), encoder.fields()["position"], OBJECT_CENTRE)
+    np.testing.assert_allclose(windows.rows[:4, :3] * windows.std + windows.mean, lifted[:, :3], rtol=1e-4, atol=1e-4)
+    assert np.abs(windows.rows[:, :, :2] * windows.std[:2] + windows.mean[:2]).max() <= TABLE_REACH + 1e-4
+
+    result = train(tiny_train_config(data_path, tmp_path, encoder=encoder_path, table_frame=True))
+    policy = ecrl.load(result.run_dir)
+    assert policy.meta["keypoints"] == "table" and policy.meta["goal"] == "rows"
+    assert policy.module.table_height == OBJECT_CENTRE and policy.module.cameras == ["front", "top"]
+    env = gym.make("ecrl/Push-v0", n_objects=2, pixels=32)
+    obs, _ = env.reset(seed=0)
+    with torch.no_grad():
+        rows = policy.module.rows(torch.as_tensor(obs["pixels"][None]))
+        raw = encoder.encode(ecrl.encoders.frames_to_images(torch.as_tensor(obs["pixels"][None])))[0].numpy()
+    expected = (
+        lift_to_table(raw, ["front", "top"], encoder.fields()["position"], OBJECT_CENTRE) - policy.module.mean.numpy()
+    )
+    np.testing.assert_allclose(rows.numpy(), expected / policy.module.std.numpy(), rtol=1e-4, atol=1e-4)
+    policy.reset()
+    assert policy.act(obs).shape == (2,)
+    with pytest.raises(ValueError, match="needs --encoder"):
+        tiny_train_config(data_path, tmp_path, table_frame=True)
+    slot = build_encoder("slot", views=2, image_size=32)
+    with pytest.raises(ValueError, match="no 'position' field"):
+        LatentWindows(data, slot, progress=False, table_height=OBJECT_CENTRE)
