@@ -321,7 +321,8 @@ def _run_meta(config: DiffusionTrainConfig, demonstrations: int, task: dict[str,
         meta |= {
             "arch": "diffusion_from_pixels",
             "encoder": str(config.encoder),
-            "goal": "images" if config.goal_images else "rows",
+            # the task's goal kind stays in "goal" (ecrl-eval and the benches read it); this says how it is given
+            "goal_input": "images" if config.goal_images else "rows",
             **({"keypoints": "table"} if config.table_frame else {}),
         }
     return meta

@@ -1,5 +1,7 @@
 """Planning from pixels: a diffusion planner over a frozen encoder's entities (``ecrl-train-diffusion --encoder``)."""
 
+import json
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -118,7 +120,7 @@ def test_a_planner_towards_goal_images_trains_saves_and_acts_on_goal_frames(goal
     result = train(tiny_train_config(data_path, tmp_path, encoder=encoder_path, goal_images=True))
     policy = ecrl.load(result.run_dir)
     assert policy.meta["pixels"] == {"size": 32, "cameras": ["front", "top"], "goal": True}
-    assert policy.meta["goal"] == "images"
+    assert policy.meta["goal_input"] == "images" and policy.meta["goal"] == "positions"  # ecrl-eval reads "goal"
     env = gym.make("ecrl/Push-v0", n_objects=3, pixels=32, goal_pixels=True)
     obs, _ = env.reset(seed=0)
     policy.reset()
@@ -137,6 +139,24 @@ def test_a_planner_towards_goal_images_trains_saves_and_acts_on_goal_frames(goal
     # the runner makes envs that render the goal frames
     report = evaluate(policy, [2], episodes=1, progress=False)
     assert len(report.results[0].success) == 1
+    # and so does ecrl-eval, which reads the task's goal kind from the policy's meta
+    from ecrl.scripts.eval import main as eval_main
+
+    out = tmp_path / "cli"
+    eval_main(
+        [
+            str(result.run_dir / "final"),
+            "--objects",
+            "1",
+            "--episodes",
+            "1",
+            "--no-progress",
+            "--no-expert",
+            "--out",
+            str(out),
+        ]
+    )
+    assert len(json.loads((out / "eval.json").read_text())["results"]) == 1
     with pytest.raises(ValueError, match="needs --encoder"):
         tiny_train_config(data_path, tmp_path, goal_images=True)
 
@@ -171,7 +191,7 @@ def test_a_planner_over_table_frame_keypoints_trains_lifts_and_acts(goal_image_d
 
     result = train(tiny_train_config(data_path, tmp_path, encoder=encoder_path, table_frame=True))
     policy = ecrl.load(result.run_dir)
-    assert policy.meta["keypoints"] == "table" and policy.meta["goal"] == "rows"
+    assert policy.meta["keypoints"] == "table" and policy.meta["goal_input"] == "rows"
     assert policy.module.table_height == OBJECT_CENTRE and policy.module.cameras == ["front", "top"]
     env = gym.make("ecrl/Push-v0", n_objects=2, pixels=32)
     obs, _ = env.reset(seed=0)
