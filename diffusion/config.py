@@ -35,7 +35,11 @@ class DiffusionTrainConfig(ComputeOptions):
     table_frame: bool = False
     """Plan from pixels over table-frame keypoints (``--encoder``): each particle's image position is lifted
     to where its camera's ray meets the plane at an object's centre height (the cameras' calibration), the
-    frame of the goal rows and of the other views' particles (:func:`ecrl.diffusion.pixels.lift_to_table`)."""
+    frame of the goal rows and of the other views' particles (:func:`ecrl.encoders.rows.lift_to_table`)."""
+    proprioception: bool = False
+    """Plan from pixels with proprioception (``--encoder``): the agent's own position (the agent row of the
+    state, as a robot reads it from its joints) joins the encoder's entities as one more token, so that only
+    the objects come from pixels (:func:`ecrl.encoders.rows.with_proprioception`)."""
     denoiser: DenoiserConfig = field(default_factory=DenoiserConfig)
     """The denoiser: its size, its noise schedule and (flat planner) its ``horizon``, the plan length in env
     steps. The hierarchical planner's two denoisers have this size with horizons ``subgoal_horizon``
@@ -149,6 +153,8 @@ class DiffusionTrainConfig(ComputeOptions):
             problems.append("recolour is implemented for state planners (no --encoder)")
         if self.table_frame and self.encoder is None:
             problems.append("table_frame lifts an encoder's keypoints: it needs --encoder")
+        if self.proprioception and self.encoder is None:
+            problems.append("proprioception adds the agent's position to an encoder's entities: it needs --encoder")
         if self.goal_images and self.encoder is None:
             problems.append("goal_images plans from pixels towards goal images: it needs --encoder")
         if self.encoder is not None and self.init_from is not None:

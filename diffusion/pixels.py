@@ -20,10 +20,10 @@ conditioning, future rows and actions predicted jointly.
   same encoder and normalised the same way: ``V · K`` generic goal rows (``DenoiserConfig.goal_dim``)
   instead of the goal rows. ``meta["pixels"]`` then has ``"goal": true`` and the runner's envs
   observe ``goal_pixels`` too.
-- **Table-frame keypoints** (``table_height=h``): each particle's image position is lifted to where
-  its camera's ray meets the horizontal plane ``z = h`` (:func:`lift_to_table`, the cameras'
-  calibration of :func:`ecrl.envs.scene.unproject`), so that the particles of every view, the goal
-  rows and the actions share the table's frame (metres), instead of each view's image frame.
+- **Table-frame keypoints** (``table_height=h``, the particles' positions in the table's frame) and
+  **proprioception** (the agent's own position as one more token per step, so that only the objects
+  come from pixels) are options of the front end the planner shares with the EIT from pixels,
+  :class:`~ecrl.encoders.rows.FrameRows`.
 """
 
 from __future__ import annotations
@@ -33,57 +33,18 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
-from torch import nn
 from tqdm.auto import tqdm
 
 from ecrl.checkpoint import register_builder
 from ecrl.datasets import DatasetError, DemoDataset
 from ecrl.diffusion.planner import DiffusionPlanner
-from ecrl.encoders import EntityEncoder, build_encoder, frames_to_images
-from ecrl.envs.scene import unproject
+from ecrl.encoders import EntityEncoder, frames_to_images
+from ecrl.encoders.rows import PROPRIO_DIM, FrameRows, lift_to_table, position_columns, with_proprioception
 
-__all__ = ["OBJECT_CENTRE", "LatentWindows", "PixelPlanner", "lift_to_table"]
-
-OBJECT_CENTRE = 0.025
-"""The height (metres) of the plane table-frame keypoints are lifted to by default: the centre of an object of
-the default size (``ObjectSpec.size``, a cube's half side or a sphere's radius)."""
-
-TABLE_REACH = 1.0
-"""Lifted positions are clipped to ``[-TABLE_REACH, TABLE_REACH]`` metres: a ray above the horizon (a
-particle on the wall or the sky of the front camera) meets no table and is put at that edge."""
-
-
-def position_columns(encoder: EntityEncoder) -> slice:
-    """The columns of an entity row that hold the keypoint's image position (an encoder with ``fields()``)."""
-    fields = encoder.fields() if hasattr(encoder, "fields") else {}
-    if "position" not in fields:
-        raise ValueError(
-            f"table-frame keypoints lift each entity's image position: the {encoder.kind!r} encoder's rows have no "
-            "'position' field (use the particle encoder)"
-        )
-    return fields["position"]
-
-
-def lift_to_table(entities: np.ndarray, cameras: list[str], columns: slice, height: float) -> np.ndarray:
-    """Entity rows ``(..., V * K, D)`` with each view's image positions (``columns``) replaced by table-frame ones.
-
-    A position ``(x, y)`` of view ``v`` (image coordinates in ``[-1, 1]``) becomes the ``(x, y)`` in metres
-    where the ray of ``cameras[v]`` through it meets the plane ``z = height``, clipped to
-    :data:`TABLE_REACH`. The other columns are unchanged.
-    """
-    if entities.shape[-2] % len(cameras):
-        raise ValueError(f"{entities.shape[-2]} entities per frame do not split into {len(cameras)} camera views")
-    out = np.array(entities, dtype=np.float32, copy=True)
-    k = entities.shape[-2] // len(cameras)
-    for v, camera in enumerate(cameras):
-        block = out[..., v * k : (v + 1) * k, columns]
-        world = unproject(block, camera, height)[..., :2]
-        out[..., v * k : (v + 1) * k, columns] = np.clip(
-            np.nan_to_num(world, nan=TABLE_REACH), -TABLE_REACH, TABLE_REACH
-        )
-    return out
+__all__ = ["LatentWindows", "PixelPlanner"]
 
 
 def _encode_all(encoder: EntityEncoder, pixels: np.ndarray, batch: int, device, progress: bool) -> np.ndarray:
@@ -131,7 +92,8 @@ class LatentWindows:
     With ``goal_images``, each episode's goal frames (``data.goal_pixels``) are encoded and normalised
     alike into :attr:`goal_rows`, and a window's ``desired_goal`` is its episode's. With
     ``table_height``, the rows' positions are lifted to the table's frame (:func:`lift_to_table`)
-    before they are normalised.
+    before they are normalised. With ``proprioception``, a window's rows gain the agent's token
+    (:func:`with_proprioception`) from its state rows, and goal rows gain its zero columns.
 
     Attributes:
         rows: ``(S + E, V * K, D)`` normalised, tracked entity rows of every state.
@@ -139,6 +101,7 @@ class LatentWindows:
             without ``goal_images``).
         mean, std: ``(D,)`` the normalisation.
         success: per episode (as :attr:`DemoDataset.success`).
+        width: the planner's row width: ``D``, plus :data:`PROPRIO_DIM` with proprioception.
     """
 
     def __init__(
@@ -149,6 +112,7 @@ class LatentWindows:
         progress: bool = True,
         goal_images: bool = False,
         table_height: float | None = None,
+        proprioception: bool = False,
     ) -> None:
         if data.pixels is None:
             raise DatasetError(
@@ -166,6 +130,8 @@ class LatentWindows:
                 f"holds {views} camera(s) ({', '.join(data.cameras)}) at {size} px"
             )
         self.data, self.success = data, data.success
+        self.proprioception = bool(proprioception)
+        self.width = encoder.entity_dim + (PROPRIO_DIM if self.proprioception else 0)
         lift = lambda rows: rows  # noqa: E731
         if table_height is not None:
             columns, cameras = position_columns(encoder), list(data.cameras)
@@ -180,30 +146,34 @@ class LatentWindows:
 
     def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """As :meth:`DemoDataset.sample_windows`, with ``observation (B, H + 1, V * K, D)`` encoder rows and an
-        all-True ``mask`` (with goal images, also ``desired_goal (B, V * K, D)`` and an all-True ``goal_mask``)."""
+        all-True ``mask`` (with goal images, also ``desired_goal (B, V * K, D)`` and an all-True ``goal_mask``).
+        With proprioception the rows are ``(B, H + 1, V * K + 1, D + PROPRIO_DIM)`` and goal image rows
+        ``D + PROPRIO_DIM`` wide."""
         batch = self.data.sample_windows(batch_size, horizon, rng)
-        batch["observation"] = self.rows[batch["state_index"]]
-        batch["mask"] = np.ones((batch_size, self.rows.shape[1]), bool)
+        rows = self.rows[batch["state_index"]]
+        if self.proprioception:
+            rows = with_proprioception(torch.from_numpy(rows), torch.from_numpy(batch["observation"])).numpy()
+        batch["observation"] = rows
+        batch["mask"] = np.ones((batch_size, rows.shape[2]), bool)
         if self.goal_rows is not None:
             episode = np.searchsorted(self.data.state_starts, batch["state_index"][:, 0], side="right") - 1
-            batch["desired_goal"] = self.goal_rows[episode]
+            goal = self.goal_rows[episode]
+            batch["desired_goal"] = np.pad(goal, ((0, 0), (0, 0), (0, self.width - goal.shape[-1])))
             batch["goal_mask"] = np.ones(self.goal_rows.shape[:2], bool)[episode]
         return batch
 
 
 @register_builder("pixel_planner")
-class PixelPlanner(nn.Module):
+class PixelPlanner(FrameRows):
     """Observation dict with ``pixels (B, V, P, P, 3)`` uint8 → action ``(B, A)``, through a frozen encoder and a planner.
 
     Args:
-        encoder: ``{"kind": …, "config": {…}}`` of the encoder (:func:`ecrl.encoders.build_encoder`).
+        encoder, mean, std, table_height, cameras, proprioception: the front end
+            (:class:`~ecrl.encoders.rows.FrameRows`; the normalisation is :class:`LatentWindows`').
         planner: the keyword arguments of the :class:`DiffusionPlanner` (its denoiser has ``entity_dim``
-            = the encoder's row width).
-        mean, std: the row normalisation (:class:`LatentWindows`).
+            = the front end's row width).
         goal_images: the goal is ``obs["goal_pixels"]``, frames of the goal configuration, encoded like the
             observation (the planner's denoiser has ``goal_dim`` = the row width); otherwise the goal rows.
-        table_height: lift the rows' positions to the table's frame at this height (:func:`lift_to_table`);
-            ``cameras`` names the views, in the encoder's order. ``None``: image positions.
     """
 
     def __init__(
@@ -215,9 +185,9 @@ class PixelPlanner(nn.Module):
         goal_images: bool = False,
         table_height: float | None = None,
         cameras: list[str] | None = None,
+        proprioception: bool = False,
     ) -> None:
-        super().__init__()
-        self.encoder = build_encoder(encoder["kind"], **encoder["config"]).eval().requires_grad_(False)
+        super().__init__(encoder, mean, std, table_height, cameras, proprioception)
         self.planner = DiffusionPlanner(**planner)
         self.goal_images = bool(goal_images)
         width = self.planner.denoiser.config.entity_dim
@@ -227,59 +197,26 @@ class PixelPlanner(nn.Module):
                 f"goal_images={self.goal_images} needs the planner's goal_dim to be "
                 f"{width if self.goal_images else 0}, got {goal_dim}"
             )
-        if width != self.encoder.entity_dim or len(mean) != width or len(std) != width:
+        if width != self.width:
             raise ValueError(
-                f"the planner's rows are {width} wide, the encoder's {self.encoder.entity_dim}, the normalisation "
-                f"{len(mean)}/{len(std)}: they must agree"
+                f"the planner's rows are {width} wide, the encoder's {self.encoder.entity_dim} "
+                f"(+ {self.width - self.encoder.entity_dim} for proprioception): they must agree"
             )
-        self.table_height = None if table_height is None else float(table_height)
-        self.cameras = list(cameras or [])
-        if self.table_height is not None:
-            self.columns = position_columns(self.encoder)
-            if len(self.cameras) != self.encoder.config.views:
-                raise ValueError(
-                    f"table-frame keypoints need the name of each of the encoder's {self.encoder.config.views} "
-                    f"camera(s), got {self.cameras}"
-                )
-        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
-        self.register_buffer("std", torch.tensor(std, dtype=torch.float32))
 
     @property
     def kwargs(self) -> dict[str, Any]:
         return {
-            "encoder": {"kind": self.encoder.kind, "config": self.encoder.config_dict()},
+            **self.row_kwargs,
             "planner": self.planner.kwargs,
-            "mean": self.mean.tolist(),
-            "std": self.std.tolist(),
             **({"goal_images": True} if self.goal_images else {}),
-            **({"table_height": self.table_height, "cameras": self.cameras} if self.table_height is not None else {}),
         }
-
-    def train(self, mode: bool = True) -> PixelPlanner:
-        super().train(mode)
-        self.encoder.eval()  # frozen: always the deterministic eval-mode encoding
-        return self
 
     def reset(self, *_: Any) -> None:
         self.planner.reset()
 
-    def rows(self, pixels: torch.Tensor) -> torch.Tensor:
-        """``(B, V, P, P, 3)`` uint8 frames → ``(B, V * K, D)`` normalised entity rows."""
-        if pixels.ndim != 5 or pixels.shape[-1] != 3:
-            raise ValueError(f"obs['pixels']: expected (B, V, P, P, 3) uint8 frames, got shape {tuple(pixels.shape)}")
-        entities, _ = self.encoder.encode(frames_to_images(pixels.to(self.mean.device)))
-        if self.table_height is not None:
-            lifted = lift_to_table(entities.cpu().numpy(), self.cameras, self.columns, self.table_height)
-            entities = torch.from_numpy(lifted).to(entities.device)
-        return (entities - self.mean) / self.std
-
     @torch.no_grad()
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        if "pixels" not in obs:
-            raise ValueError(
-                "this planner plans from camera frames: its observations need 'pixels' (make the env with pixels=P)"
-            )
-        rows = self.rows(obs["pixels"])
+        rows = self.entity_rows(obs)
         mask = torch.ones(rows.shape[:2], dtype=torch.bool, device=rows.device)
         goal = obs["desired_goal"]
         if self.goal_images:
@@ -289,4 +226,5 @@ class PixelPlanner(nn.Module):
                     "(make the env with pixels=P, goal_pixels=True)"
                 )
             goal = self.rows(obs["goal_pixels"])
+            goal = F.pad(goal, (0, rows.shape[-1] - goal.shape[-1]))
         return self.planner({"observation": rows, "desired_goal": goal, "mask": mask})

@@ -47,11 +47,12 @@ from ecrl.diffusion.config import DiffusionTrainConfig
 from ecrl.diffusion.ema import EMA
 from ecrl.diffusion.hierarchical import HierarchicalPlanner, segment_windows, subgoal_windows
 from ecrl.diffusion.noise import LossTerms, loss
-from ecrl.diffusion.pixels import OBJECT_CENTRE, LatentWindows, PixelPlanner
+from ecrl.diffusion.pixels import LatentWindows, PixelPlanner
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.warm_start import init_from, planner_denoisers
 from ecrl.distributed import World
 from ecrl.encoders import load_encoder
+from ecrl.encoders.rows import OBJECT_CENTRE
 from ecrl.eval_configs import resolve_skill
 from ecrl.eval_report import log_tensorboard, scalars
 from ecrl.evaluation import evaluate
@@ -122,7 +123,7 @@ class _Trainer:
         self.config, self.device = config, device
         # Planning from pixels: (frozen encoder, LatentWindows, {"size", "cameras"}); None for state entities.
         self.pixels = pixels
-        self.entity_dim = pixels[0].entity_dim if pixels else 0
+        self.entity_dim = pixels[1].width if pixels else 0
         self.goal_dim = self.entity_dim if config.goal_images else 0
         self.planner = config.make_planner(self.entity_dim, self.goal_dim).to(device)
         self.models = planner_denoisers(self.planner)
@@ -159,6 +160,7 @@ class _Trainer:
             windows.mean.tolist(),
             windows.std.tolist(),
             goal_images=self.config.goal_images,
+            proprioception=self.config.proprioception,
             **table,
         )
         module.encoder.load_state_dict(encoder.state_dict())
@@ -324,6 +326,7 @@ def _run_meta(config: DiffusionTrainConfig, demonstrations: int, task: dict[str,
             # the task's goal kind stays in "goal" (ecrl-eval and the benches read it); this says how it is given
             "goal_input": "images" if config.goal_images else "rows",
             **({"keypoints": "table"} if config.table_frame else {}),
+            **({"proprioception": True} if config.proprioception else {}),
         }
     return meta
 
@@ -362,6 +365,7 @@ def _train(run: Run, world: World, device: torch.device) -> DiffusionTrainResult
             progress=config.progress and main,
             goal_images=config.goal_images,
             table_height=OBJECT_CENTRE if config.table_frame else None,
+            proprioception=config.proprioception,
         )
         frames = {"size": int(dataset.pixel_meta["size"]), "cameras": list(dataset.cameras)}
         pixels = (encoder, source, frames | ({"goal": True} if config.goal_images else {}))

@@ -74,6 +74,7 @@ class CheckpointError(ValueError):
 BUILDER_MODULES: Mapping[str, str] = {
     "entity_actor": "ecrl.policies.actor",
     "flat_actor": "ecrl.policies.actor",
+    "pixel_actor": "ecrl.policies.actor",
     "diffusion_planner": "ecrl.diffusion.planner",
     "hierarchical_planner": "ecrl.diffusion.hierarchical",
     "pixel_planner": "ecrl.diffusion.pixels",

@@ -1,7 +1,8 @@
 """Trained SB3 actors → :class:`ecrl.policy.Policy` modules that run on any number of objects.
 
-The modules below are registered model builders (``entity_actor``, ``flat_actor``): ``policy.json``
-names one, and :func:`ecrl.policy.load` calls it with the saved kwargs and loads the safetensors
+The modules below are registered model builders (``entity_actor``, ``flat_actor``, and
+``pixel_actor``, an entity actor behind the frozen encoder of :class:`~ecrl.encoders.rows.FrameRows`,
+for policies trained from camera frames): ``policy.json`` names one, and :func:`ecrl.policy.load` calls it with the saved kwargs and loads the safetensors
 weights into what it returns.
 """
 
@@ -16,6 +17,7 @@ from gymnasium import spaces
 from torch import nn
 
 from ecrl.checkpoint import register_builder
+from ecrl.encoders.rows import ENTITIES_KEY, FrameRows
 from ecrl.entities import ENTITY_DIM, GOAL_DIM
 from ecrl.policies.nets import EntityNet, NetConfig
 from ecrl.policies.sb3 import LOG_STD_MAX, LOG_STD_MIN, EntityActor
@@ -43,6 +45,36 @@ class EntityActorModule(nn.Module):
             return self(obs)
         mean, log_std = self.net(obs).chunk(2, dim=-1)
         return torch.tanh(mean + log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp() * torch.randn_like(mean))
+
+
+@register_builder("pixel_actor")
+class PixelActorModule(FrameRows):
+    """An entity actor over a frozen encoder's entities: ``obs["pixels"]`` (and, with proprioception, the agent
+    row of ``obs["observation"]``) → :meth:`~ecrl.encoders.rows.FrameRows.entity_rows` → the actor.
+
+    Args:
+        actor: the :class:`EntityActorModule` keyword arguments (its net's ``entity_dim`` = the row width).
+        encoder, mean, std, table_height, cameras, proprioception: the front end (:class:`FrameRows`).
+    """
+
+    def __init__(
+        self, actor: dict[str, Any], encoder: dict[str, Any], mean: list[float], std: list[float], **rows: Any
+    ):
+        super().__init__(encoder, mean, std, **rows)
+        self.actor = EntityActorModule(**actor)
+        if self.actor.net.config.entity_dim != self.width:
+            raise ValueError(
+                f"the actor reads rows {self.actor.net.config.entity_dim} wide, the front end makes them {self.width}"
+            )
+
+    def _with_rows(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {**obs, ENTITIES_KEY: self.entity_rows(obs)}
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.actor(self._with_rows(obs))
+
+    def sample(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.actor.sample(self._with_rows(obs))
 
 
 def goal_env_space(n_max: int) -> spaces.Dict:
@@ -91,8 +123,12 @@ class FlatActorModule(nn.Module):
         return self.actor(obs) if self.stochastic else self.actor(obs)
 
 
-def policy_from_model(model, meta: dict[str, Any]) -> Policy:
-    """The inference policy of a trained SB3 model (entity-centric or flat MLP)."""
+def policy_from_model(model, meta: dict[str, Any], frames: FrameRows | None = None) -> Policy:
+    """The inference policy of a trained SB3 model (entity-centric or flat MLP).
+
+    A model trained on an encoder's entities (:class:`~ecrl.encoders.rows.EncodedObservation`) needs the
+    front end that made them, ``frames``: the policy then acts from camera frames (``pixel_actor``).
+    """
     actor = model.policy.actor
     space = model.action_space
     action_dim = int(space.shape[0])
@@ -101,6 +137,16 @@ def policy_from_model(model, meta: dict[str, Any]) -> Policy:
         module = EntityActorModule(**kwargs)
         module.net.load_state_dict(actor.net.state_dict())
         builder = "entity_actor"
+        if actor.net_config.entity_dim:
+            if frames is None:
+                raise ValueError(
+                    "this actor reads an encoder's entities: policy_from_model needs its front end (frames=)"
+                )
+            kwargs = {"actor": kwargs, **frames.row_kwargs}
+            pixel = PixelActorModule(**kwargs)
+            pixel.encoder.load_state_dict(frames.encoder.state_dict())
+            pixel.actor.load_state_dict(module.state_dict())
+            module, builder = pixel, "pixel_actor"
     else:
         algo = meta["algo"]
         n_max = model.observation_space["observation"].shape[0] - 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
@@ -39,6 +40,14 @@ class TrainConfig(RunOptions):
     """Actor/critic: Entity Interaction Transformer, DeepSets, or SB3's flat MLP (fixed N)."""
     net: NetConfig = field(default_factory=NetConfig)
     """Size of the entity-centric actor and critics (``eit``/``deepsets``; its ``arch`` follows ``--arch``)."""
+    encoder: Path | None = None
+    """Act from pixels: a frozen encoder (``ecrl-train-encoder`` run or checkpoint). The envs render its cameras
+    at its image size, and the actor and critics read its entities of the frames
+    (:class:`ecrl.encoders.rows.EncodedObservation`) instead of the state rows; the expert, HER and the
+    reward still use the state. The policy acts from ``obs["pixels"]``."""
+    proprioception: bool = False
+    """With ``--encoder``: the agent's own position (its state row, as a robot reads it from its joints) joins the
+    encoder's entities as one more token (:func:`ecrl.encoders.rows.with_proprioception`)."""
     net_arch: tuple[int, ...] = (256, 256)
     """Hidden layers of the flat MLP baseline (SB3's default for SAC)."""
     steps: int = 30_000
@@ -119,6 +128,12 @@ class TrainConfig(RunOptions):
             problems.append(f"actor_lr_scale must be in (0, 1], got {self.actor_lr_scale}")
         if not 0 < self.utd <= 16:
             problems.append(f"utd must be in (0, 16], got {self.utd}")
+        if self.encoder is not None and self.arch == "mlp":
+            problems.append(
+                "--encoder feeds an encoder's entities to an entity-centric network: use --arch eit or deepsets"
+            )
+        if self.proprioception and self.encoder is None:
+            problems.append("proprioception adds the agent's position to an encoder's entities: it needs --encoder")
         if self.bc_weight > 0 and self.demos == 0:
             problems.append("bc_weight > 0 needs demonstrations (--demos N)")
         if (self.bc_steps > 0 or self.dagger_iterations > 0) and self.demos == 0:

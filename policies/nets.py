@@ -2,7 +2,9 @@
 
 Both read an observation dict of any ``ecrl`` env (``observation (…, 1 + n_max, D)`` entity rows,
 ``desired_goal (…, n_max, Dg)`` goal rows) and map it, plus optionally an action, to an output
-vector. No parameter is tied to a slot: the same weights run for any number of objects and any
+vector. With ``NetConfig.entity_dim = W`` they read *generic* entity rows ``entities (…, M, W)``
+instead of the state rows: an encoder's entities of camera frames
+(:class:`ecrl.encoders.rows.EncodedObservation`), every row present, no fixed scaling. No parameter is tied to a slot: the same weights run for any number of objects and any
 padding. With ``members > 1`` a network is an ensemble (twin critics) evaluated in one batched pass
 and returns ``(E, B, out)``; with ``members = 1`` it returns ``(B, out)``.
 """
@@ -16,6 +18,7 @@ import torch
 from torch import nn
 
 from ecrl.attention import AttentionBlock, AttentionPool, layer_norm, mlp, normed_mlp
+from ecrl.encoders.rows import ENTITIES_KEY
 from ecrl.entities import ENTITY_DIM, ENTITY_FIELDS, GOAL_DIM, GOAL_FIELDS
 from ecrl.envs.layout import ENTITY_PRESENT, GOAL_PRESENT
 
@@ -47,6 +50,8 @@ class NetConfig:
         heads: attention heads (EIT).
         blocks: self-attention blocks before and after the cross-attention to goals (EIT).
         mlp_ratio: hidden width of the blocks' MLPs, as a multiple of ``width``.
+        entity_dim: 0 (default): the state rows ``observation``. ``W > 0``: generic rows ``entities`` of
+            width ``W`` (set by training from its encoder, not by hand).
     """
 
     arch: str = "eit"
@@ -54,11 +59,12 @@ class NetConfig:
     heads: int = 1
     blocks: int = 1
     mlp_ratio: int = 2
+    entity_dim: int = 0
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHITECTURES:
             raise ValueError(f"unknown architecture {self.arch!r}: expected one of {ARCHITECTURES}")
-        if self.width < 1 or self.blocks < 0 or self.heads < 1 or self.mlp_ratio < 1:
+        if self.width < 1 or self.blocks < 0 or self.heads < 1 or self.mlp_ratio < 1 or self.entity_dim < 0:
             raise ValueError(f"invalid network size {asdict(self)}")
         if self.arch == "eit" and self.width % self.heads:
             raise ValueError(f"width ({self.width}) must be divisible by heads ({self.heads})")
@@ -81,9 +87,13 @@ class EntityNet(nn.Module):
         super().__init__()
         self.config, self.out_dim, self.action_dim, self.members = config, out_dim, action_dim, members
         w = config.width
-        self.register_buffer("entity_scale", ENTITY_SCALE.clone(), persistent=False)
+        self.entity_key, self.entity_dim = (
+            (ENTITIES_KEY, config.entity_dim) if config.entity_dim else ("observation", ENTITY_DIM)
+        )
+        scale = torch.ones(config.entity_dim) if config.entity_dim else ENTITY_SCALE.clone()
+        self.register_buffer("entity_scale", scale, persistent=False)
         self.register_buffer("goal_scale", GOAL_SCALE.clone(), persistent=False)
-        self.embed_entity = mlp([ENTITY_DIM, w, w], members)
+        self.embed_entity = mlp([self.entity_dim, w, w], members)
         self.embed_goal = mlp([GOAL_DIM, w, w], members)
         self.embed_action = mlp([action_dim, w, w], members) if action_dim else None
         if config.arch == "eit":
@@ -103,10 +113,13 @@ class EntityNet(nn.Module):
         return layer(x)
 
     def forward(self, obs: Mapping[str, torch.Tensor], action: torch.Tensor | None = None) -> torch.Tensor:
-        """``obs``: dict with ``observation (B, N, D)`` and ``desired_goal (B, M, Dg)``; ``action (B, A)``."""
+        """``obs``: dict with ``observation (B, N, D)`` (or generic ``entities (B, M, W)``) and ``desired_goal
+        (B, M, Dg)``; ``action (B, A)``."""
         dtype = self.entity_scale.dtype
-        ents, goals = obs["observation"].to(dtype), obs["desired_goal"].to(dtype)
-        _check_rows("observation", ents, ENTITY_DIM)
+        if self.entity_key not in obs:
+            raise ValueError(f"this network reads {self.entity_key!r} rows; the observation has {sorted(obs)}")
+        ents, goals = obs[self.entity_key].to(dtype), obs["desired_goal"].to(dtype)
+        _check_rows(self.entity_key, ents, self.entity_dim)
         _check_rows("desired_goal", goals, GOAL_DIM)
         if ents.shape[0] != goals.shape[0]:
             raise ValueError(
@@ -114,7 +127,12 @@ class EntityNet(nn.Module):
             )
         if (action is None) != (self.embed_action is None):
             raise ValueError("this network takes an action" if action is None else "this network takes no action")
-        mask, goal_mask = ents[..., ENTITY_PRESENT] > 0.5, goals[..., GOAL_PRESENT] > 0.5
+        goal_mask = goals[..., GOAL_PRESENT] > 0.5
+        mask = (
+            ents.new_ones(ents.shape[:2], dtype=torch.bool)
+            if self.config.entity_dim
+            else ents[..., ENTITY_PRESENT] > 0.5
+        )
         x = self._tokens(self.embed_entity, ents * self.entity_scale)
         g = self._tokens(self.embed_goal, goals * self.goal_scale)
         if action is not None:

@@ -20,6 +20,7 @@ from stable_baselines3.common.policies import BaseModel, BasePolicy
 from stable_baselines3.sac.policies import SACPolicy
 from stable_baselines3.td3.policies import TD3Policy
 
+from ecrl.encoders.rows import ENTITIES_KEY
 from ecrl.policies.nets import EntityNet, NetConfig
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -118,8 +119,8 @@ class _EntityPolicyMixin:
         net: NetConfig | dict | None = None,
         **kwargs,
     ):
-        _check_space(observation_space)
         self.net_config = _net_config(net)
+        _check_space(observation_space, self.net_config)
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
     def make_actor(self, features_extractor=None) -> EntityActor:
@@ -138,11 +139,11 @@ class _EntityPolicyMixin:
         return data
 
 
-def _check_space(observation_space: spaces.Space) -> None:
-    if not isinstance(observation_space, spaces.Dict) or not {"observation", "desired_goal"} <= set(observation_space):
+def _check_space(observation_space: spaces.Space, net: NetConfig) -> None:
+    keys = {"observation", "desired_goal"} | ({ENTITIES_KEY} if net.entity_dim else set())
+    if not isinstance(observation_space, spaces.Dict) or not keys <= set(observation_space):
         raise ValueError(
-            f"entity policies need an ecrl env's Dict observation space with 'observation' and 'desired_goal'; "
-            f"got {observation_space}"
+            f"entity policies need an ecrl env's Dict observation space with {sorted(keys)}; got {observation_space}"
         )
 
 

@@ -45,6 +45,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
 from ecrl import distributed
 from ecrl.checkpoint import load_optimizer_state, optimizer_state, replace_dir
+from ecrl.encoders import load_encoder
+from ecrl.encoders.rows import EncodedObservation, FrameRows, frame_statistics
+from ecrl.envs.scene import MAIN_CAMERAS
 from ecrl.eval_report import log_report
 from ecrl.evaluation import evaluate
 from ecrl.policies.actor import policy_from_model
@@ -60,6 +63,7 @@ from ecrl.policies.demos import (
 )
 from ecrl.policies.replay import load_replay, save_replay
 from ecrl.policies.sb3 import ENTITY_POLICIES
+from ecrl.policy import Policy
 from ecrl.training import Run, close_run, open_run, start_run, torch_device
 
 ALGOS = {"sac": SAC, "td3": TD3, "tqc": TQC}
@@ -67,8 +71,40 @@ DEMOS_FILE = "demos.npz"
 """Where, beside the imitation policy, the demonstrations imitation grew are kept for ``--resume``."""
 
 
-def _make_env(config: TrainConfig) -> gym.Env:
-    return gym.make("ecrl/Push-v0", **config.env_kwargs())
+def _make_env(config: TrainConfig, frames: FrameRows | None = None) -> gym.Env:
+    """The training env; with ``frames`` (``--encoder``) it renders the encoder's cameras and observes its entities."""
+    if frames is None:
+        return gym.make("ecrl/Push-v0", **config.env_kwargs())
+    size, cameras = frames.encoder.config.image_size, tuple(frames.cameras)
+    return EncodedObservation(gym.make("ecrl/Push-v0", **config.env_kwargs(), pixels=size, cameras=cameras), frames)
+
+
+STATISTICS_FRAMES = 256
+"""Env resets whose frames set the normalisation of an encoder's entities (``--encoder``)."""
+
+
+def front_end(config: TrainConfig) -> FrameRows:
+    """``--encoder``'s front end: the frozen encoder, its cameras (its checkpoint's meta) and the normalisation of
+    its rows over the frames of :data:`STATISTICS_FRAMES` resets of the training env (seeded: a resumed run
+    gets the same)."""
+    encoder = load_encoder(config.encoder)
+    cameras = list(encoder.meta.get("cameras") or MAIN_CAMERAS)[: encoder.config.views]
+    if len(cameras) != encoder.config.views:
+        raise ValueError(f"the encoder {config.encoder} reads {encoder.config.views} views; its meta names {cameras}")
+    env = gym.make("ecrl/Push-v0", **config.env_kwargs(), pixels=encoder.config.image_size, cameras=tuple(cameras))
+    pixels = np.stack([env.reset(seed=config.seed + 3_000_000 + k)[0]["pixels"] for k in range(STATISTICS_FRAMES)])
+    env.close()
+    mean, std = frame_statistics(encoder, pixels)
+    kind = {"kind": encoder.kind, "config": encoder.config_dict()}
+    frames = FrameRows(kind, mean.tolist(), std.tolist(), cameras=cameras, proprioception=config.proprioception)
+    frames.encoder.load_state_dict(encoder.state_dict())
+    return frames.eval()
+
+
+def _policy(model, config: TrainConfig) -> Policy:
+    """The model's inference policy (behind its front end, ``model.frame_rows``, when it acts from pixels)."""
+    frames = getattr(model, "frame_rows", None)
+    return policy_from_model(model, policy_meta(config, model, frames), frames)
 
 
 def _with_actor_lr_scale(algo_cls: type, scale: float) -> type:
@@ -119,8 +155,17 @@ def build_model(config: TrainConfig, env) -> SAC | TD3 | TQC:
     return algo_cls(policy, env, **kwargs)
 
 
-def policy_meta(config: TrainConfig, model) -> dict[str, Any]:
-    return {
+def policy_meta(config: TrainConfig, model, frames: FrameRows | None = None) -> dict[str, Any]:
+    pixels = (
+        {}
+        if frames is None
+        else {
+            "pixels": {"size": frames.encoder.config.image_size, "cameras": list(frames.cameras)},
+            "encoder": str(config.encoder),
+            **({"proprioception": True} if frames.proprioception else {}),
+        }
+    )
+    return pixels | {
         "arch": config.arch,
         "algo": config.algo,
         "net_arch": list(config.net_arch),
@@ -172,7 +217,7 @@ def save_checkpoint(model, config: TrainConfig, run_dir: Path, replay: bool) -> 
     ckpt_root.mkdir(parents=True, exist_ok=True)
     tmp = ckpt_root / f".tmp_{model.num_timesteps}"
     shutil.rmtree(tmp, ignore_errors=True)
-    policy_from_model(model, policy_meta(config, model)).save(tmp)
+    _policy(model, config).save(tmp)
     tensors, meta = _training_state(model)
     save_file(tensors, str(tmp / "training.safetensors"))
     (tmp / "training.json").write_text(json.dumps(meta, indent=1) + "\n")
@@ -235,7 +280,7 @@ def run_periodic_eval(model, config: TrainConfig, logger) -> None:
     n = config.n_objects
     objects = config.eval_objects or tuple(sorted({n, 2 * n}))
     parts = ("train", "test") if config.split else ("train",)
-    policy = policy_from_model(model, policy_meta(config, model))
+    policy = _policy(model, config)
     n_max = policy.kwargs.get("n_max")  # set for a flat MLP: it only runs at the padding it was trained with
     if n_max is not None:
         objects = tuple(k for k in objects if k <= n_max)
@@ -276,7 +321,7 @@ def _imitate(model: Any, config: TrainConfig, demos: Demos, run_dir: Path, world
     if config.dagger_iterations:
         grown = dagger(
             model.actor,
-            partial(_make_env, config),
+            partial(_make_env, config, getattr(model, "frame_rows", None)),
             demos,
             config.dagger_iterations,
             config.dagger_episodes,
@@ -290,7 +335,7 @@ def _imitate(model: Any, config: TrainConfig, demos: Demos, run_dir: Path, world
         return float(np.mean(losses[-100:]))
     if config.algo == "td3":
         model.actor_target.load_state_dict(model.actor.state_dict())
-    policy_from_model(model, policy_meta(config, model)).save(run_dir / "imitation")
+    _policy(model, config).save(run_dir / "imitation")
     demos.save(run_dir / "imitation" / DEMOS_FILE)
     if config.eval_every:
         run_periodic_eval(model, config, model.logger)
@@ -316,13 +361,17 @@ def _train(run: Run, world: distributed.World, device: torch.device) -> TrainRes
     if not main and (run.resumed or not (config.demos and config.bc_steps)):
         return TrainResult(run_dir=run_dir, env_steps=0, wall_s=0.0)  # nothing data-parallel: RL is rank 0's
     vec_cls = SubprocVecEnv if config.n_envs > 1 and config.subproc else DummyVecEnv
+    frames = front_end(config) if config.encoder is not None else None
+    if frames is not None:  # the networks read the encoder's rows
+        config = replace(config, net=replace(config.net, entity_dim=frames.width))
     env = make_vec_env(
-        partial(_make_env, config),
+        partial(_make_env, config, frames),
         n_envs=config.n_envs,
         seed=config.seed + (1_000_000 if run.resumed else 0),
         vec_env_cls=vec_cls,
     )
     model = build_model(config if world.size == 1 else replace(config, device=str(device)), env)
+    model.frame_rows = frames  # the front end the policies it exports act through (None: state rows)
     if run.resumed:
         load_checkpoint(model, run.checkpoint)
     if main:
@@ -340,7 +389,7 @@ def _train(run: Run, world: distributed.World, device: torch.device) -> TrainRes
         demos = Demos.load(saved_demos)
     elif config.demos and (not run.resumed or config.bc_weight > 0):
         demos = collect_demos(
-            partial(_make_env, config),
+            partial(_make_env, config, frames),
             config.demo_episodes,
             seed=config.seed + 2_000_000,
             replay_buffer=None if run.resumed or not main else model.replay_buffer,
@@ -373,7 +422,7 @@ def _train(run: Run, world: distributed.World, device: torch.device) -> TrainRes
             progress_bar=config.progress,
         )
     save_checkpoint(model, config, run_dir, config.save_replay)
-    policy_from_model(model, policy_meta(config, model)).save(run_dir / "final")
+    _policy(model, config).save(run_dir / "final")
     env.close()
     result.env_steps = int(model.num_timesteps)
     result.wall_s = time.perf_counter() - started

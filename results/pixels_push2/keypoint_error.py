@@ -5,7 +5,7 @@ Usage (from the repository root)::
     python results/pixels_push2/keypoint_error.py --dataset data/push2-pixg --frames 1000
 
 For ``--frames`` states drawn from the pixel dataset, the frozen particle encoder's particles of each
-view are lifted to the table plane at an object's centre height (:func:`ecrl.diffusion.pixels.lift_to_table`)
+view are lifted to the table plane at an object's centre height (:func:`ecrl.encoders.rows.lift_to_table`)
 and, for every object (and the pusher), the distance from its true ``(x, y)`` to the nearest lifted
 particle of that view is taken. Prints and writes ``keypoint_error.json`` beside this file.
 """
@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from ecrl.datasets import DemoDataset
-from ecrl.diffusion.pixels import OBJECT_CENTRE, lift_to_table, position_columns
 from ecrl.encoders import frames_to_images, load_encoder
+from ecrl.encoders.rows import OBJECT_CENTRE, lift_to_table, position_columns
 from ecrl.envs.layout import ENTITY_FIELDS, ENTITY_XY
 
 
