@@ -4,15 +4,19 @@ The step is training's own (DDPM :func:`~ecrl.diffusion.noise.loss`, backward, g
 EMA update) at batch ``train_batch``, per horizon, the horizons taking turns. Windows come from a dataset
 of the planning env (``DemoDataset.sample_windows``, goals relabelled in hindsight for play data, as
 training does) or, without one, from a random-action rollout of the planning env. Batches are built
-before timing. :mod:`ecrl.diffusion.bench` runs it with the other measurements.
+before timing. :mod:`ecrl.diffusion.bench` runs it with the other measurements; its pieces (the rollout,
+the windows cut from it, the step, the loop that times steps in turns) also time the planner from pixels
+against the state planner (:mod:`ecrl.diffusion.bench_pixels`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -27,9 +31,74 @@ if TYPE_CHECKING:
     from ecrl.datasets import DemoDataset
     from ecrl.diffusion.bench import DiffusionBenchConfig
 
-__all__ = ["synthetic_windows", "time_training", "training_dataset"]
+__all__ = [
+    "as_tensors",
+    "cut_windows",
+    "random_rollout",
+    "rate_stats",
+    "synthetic_windows",
+    "time_training",
+    "training_dataset",
+    "training_rates",
+    "training_step",
+]
 
 _TRAIN = DiffusionTrainConfig()
+
+
+def random_rollout(env: gym.Env, steps: int, seed: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``steps`` uniformly random actions in ``env`` from ``reset(seed)``.
+
+    Returns:
+        Every observation key stacked over the ``T + 1 = steps + 1`` states (``observation (T + 1, N, F)``,
+        ``desired_goal (T + 1, N, G)``, ``pixels (T + 1, V, P, P, 3)`` uint8 where the env renders them; floats
+        as float32), ``action (T, A)`` in ``[-1, 1]`` and ``episode (T + 1,)``: the resets before each state
+        (the state after a reset replaces the terminal one).
+    """
+    low, high = env.action_space.low, env.action_space.high
+    obs, _ = env.reset(seed=seed)
+    states, actions, episode = [obs], [], [0]
+    for _ in range(steps):
+        a = rng.uniform(-1, 1, size=low.shape).astype(np.float32)
+        obs, _, terminated, truncated, _ = env.step(low + (a + 1) / 2 * (high - low))
+        if terminated or truncated:
+            obs, _ = env.reset()
+        actions.append(a)
+        states.append(obs)
+        episode.append(episode[-1] + int(terminated or truncated))
+    stacked = {k: np.stack([s[k] for s in states]) for k in states[0]}
+    stacked = {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in stacked.items()}
+    return stacked | {"action": np.asarray(actions), "episode": np.asarray(episode)}
+
+
+def cut_windows(
+    rollout: Mapping[str, np.ndarray], horizon: int, batch: int, rng: np.random.Generator, count: int = 1
+) -> list[dict[str, np.ndarray]]:
+    """``count`` batches of ``batch`` windows of ``horizon`` steps cut from a :func:`random_rollout` (never across
+    a reset): ``observation (B, H + 1, …)``, ``action (B, H, A)``, ``desired_goal`` of the window's first state
+    and an all-True ``valid (B, H)``.
+
+    Raises:
+        ValueError: no episode of the rollout is ``horizon`` steps long.
+    """
+    episode = rollout["episode"]
+    starts = np.flatnonzero(episode[:-horizon] == episode[horizon:])
+    if not len(starts):
+        raise ValueError(
+            f"windows of {horizon} steps: the rollout of {len(episode) - 1} steps has no episode that long"
+        )
+    batches = []
+    for _ in range(count):
+        t = rng.choice(starts, size=batch)[:, None] + np.arange(horizon + 1)
+        batches.append(
+            {
+                "observation": rollout["observation"][t],
+                "action": rollout["action"][t[:, :-1]],
+                "desired_goal": rollout["desired_goal"][t[:, 0]],
+                "valid": np.ones((batch, horizon), bool),
+            }
+        )
+    return batches
 
 
 def synthetic_windows(
@@ -38,34 +107,9 @@ def synthetic_windows(
     """``count`` batches of ``train_batch`` windows of ``horizon`` steps, cut from one random-action rollout of
     the planning env with ``train_n_objects`` objects (never across a reset)."""
     env = make_env(config.planning_env, config.train_n_objects, config.task_id)
-    low, high = env.action_space.low, env.action_space.high
-    obs, _ = env.reset(seed=config.seed)
-    rows, goals, actions, episode = [obs["observation"]], [obs["desired_goal"]], [], [0]
-    for _ in range(max(2 * horizon, 64)):
-        a = rng.uniform(-1, 1, size=low.shape).astype(np.float32)
-        obs, _, terminated, truncated, _ = env.step(low + (a + 1) / 2 * (high - low))
-        if terminated or truncated:
-            obs, _ = env.reset()
-        actions.append(a)
-        rows.append(obs["observation"])
-        goals.append(obs["desired_goal"])
-        episode.append(episode[-1] + int(terminated or truncated))
+    rollout = random_rollout(env, max(2 * horizon, 64), config.seed, rng)
     env.close()
-    ep = np.array(episode)
-    starts = np.flatnonzero(ep[:-horizon] == ep[horizon:])
-    rows_a, goal_a, action_a = np.asarray(rows, np.float32), np.asarray(goals, np.float32), np.asarray(actions)
-    batches = []
-    for _ in range(count):
-        t = rng.choice(starts, size=config.train_batch)[:, None] + np.arange(horizon + 1)
-        batches.append(
-            {
-                "observation": rows_a[t],
-                "action": action_a[t[:, :-1]],
-                "desired_goal": goal_a[t[:, 0]],
-                "valid": np.ones((config.train_batch, horizon), bool),
-            }
-        )
-    return batches
+    return cut_windows(rollout, horizon, config.train_batch, rng, count)
 
 
 def training_dataset(config: DiffusionBenchConfig) -> DemoDataset:
@@ -90,20 +134,76 @@ def training_dataset(config: DiffusionBenchConfig) -> DemoDataset:
     return dataset
 
 
+def training_step(config: DenoiserConfig, seed: int) -> Callable[[Mapping[str, torch.Tensor]], None]:
+    """The ``ecrl-train-diffusion`` step (DDPM loss, backward, gradient clipping, AdamW, EMA update) of a fresh
+    denoiser of ``config``, its weights and noise seeded by ``seed``."""
+    torch.manual_seed(seed)
+    model = EntityDenoiser(config).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=_TRAIN.lr, weight_decay=_TRAIN.weight_decay)
+    ema = EMA(model, _TRAIN.ema_decay)
+    generator = torch.Generator().manual_seed(seed)
+
+    def step(batch: Mapping[str, torch.Tensor]) -> None:
+        terms = loss(model, batch, generator, _TRAIN.action_weight)
+        optimizer.zero_grad(set_to_none=True)
+        terms.total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        ema.update(model)
+
+    return step
+
+
+def as_tensors(windows: list[dict[str, np.ndarray]]) -> list[dict[str, torch.Tensor]]:
+    """Batches of windows as the training step's tensors (the keys the loss reads)."""
+    keys = ("observation", "action", "desired_goal", "mask", "goal_mask", "valid")
+    return [{k: torch.as_tensor(raw[k]) for k in keys if k in raw} for raw in windows]
+
+
+Case = TypeVar("Case")
+
+
+def training_rates(
+    cases: Mapping[Case, tuple[Callable[[Mapping[str, torch.Tensor]], None], list[dict[str, torch.Tensor]]]],
+    repeats: int,
+    steps: int,
+) -> dict[Case, list[float]]:
+    """Windows/s of each case's training step (:func:`training_step`, its batches) per repeat, the cases taking
+    turns within every repeat, ``steps`` steps each; two untimed steps of every case come first (they allocate
+    and create the optimizer state)."""
+    for step, batches in cases.values():
+        for batch in batches[:2]:
+            step(batch)
+    rates: dict[Case, list[float]] = {case: [] for case in cases}
+    for _ in range(repeats):
+        for case, (step, batches) in cases.items():
+            start = time.perf_counter()
+            for k in range(steps):
+                step(batches[k % len(batches)])
+            rates[case].append(steps * len(batches[0]["action"]) / (time.perf_counter() - start))
+    return rates
+
+
+def rate_stats(rates: list[float], batch: int) -> dict[str, float]:
+    """Best and median windows/s of the repeats, and the median's ms per step of ``batch`` windows."""
+    median = reduce_rates(rates, "median")
+    return {
+        "windows_per_s_best": reduce_rates(rates, "best"),
+        "windows_per_s_median": median,
+        "ms_per_step_median": 1e3 * batch / median,
+    }
+
+
 def time_training(
     config: DiffusionBenchConfig, trained: DenoiserConfig | None, dataset: DemoDataset | None
 ) -> list[dict[str, Any]]:
     """Windows/s of the training step per horizon, the horizons taking turns: windows of ``dataset``
     (:func:`training_dataset`) or, without one, :func:`synthetic_windows`."""
-    keys = ("observation", "action", "desired_goal", "mask", "goal_mask", "valid")
     rng = np.random.default_rng(config.seed)
-    cases = {}
+    cases, n_objects = {}, {}
     for h in config.train_horizons:
         cfg = config.denoiser_config(h) if trained is None else DenoiserConfig(**{**asdict(trained), "horizon": h})
-        torch.manual_seed(config.seed)
-        model = EntityDenoiser(cfg).train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=_TRAIN.lr, weight_decay=_TRAIN.weight_decay)
-        ema = EMA(model, _TRAIN.ema_decay)
+        step = training_step(cfg, config.seed)
         raws = (
             synthetic_windows(config, h, rng, count=4)
             if dataset is None  # play data has no goals: a later state of the window's episode, as in training
@@ -112,39 +212,18 @@ def time_training(
                 for _ in range(4)
             ]
         )
-        batches = [{k: torch.as_tensor(raw[k]) for k in keys if k in raw} for raw in raws]
-        n_objects = int(batches[0]["observation"].shape[2]) - 1
-        generator = torch.Generator().manual_seed(config.seed)
-
-        def step(batch, model=model, optimizer=optimizer, ema=ema, generator=generator) -> None:
-            terms = loss(model, batch, generator, _TRAIN.action_weight)
-            optimizer.zero_grad(set_to_none=True)
-            terms.total.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            ema.update(model)
-
-        for batch in batches[:2]:  # first steps allocate (and create the optimizer state): not timed
-            step(batch)
-        cases[h] = (step, batches, n_objects, [])
-    for _ in range(config.repeats):
-        for step, batches, _, rates in cases.values():
-            start = time.perf_counter()
-            for k in range(config.train_steps):
-                step(batches[k % len(batches)])
-            seconds = time.perf_counter() - start
-            rates.append(config.train_steps * config.train_batch / seconds)
+        cases[h] = (step, as_tensors(raws))
+        n_objects[h] = int(raws[0]["observation"].shape[2]) - 1
+    rates = training_rates(cases, config.repeats, config.train_steps)
     source = "synthetic (random-action rollout)" if dataset is None else str(config.dataset)
     return [
         {
             "env": config.planning_env,
             "horizon": h,
             "batch": config.train_batch,
-            "n_objects": n,
+            "n_objects": n_objects[h],
             "windows": source,
-            "windows_per_s_best": reduce_rates(rates, "best"),
-            "windows_per_s_median": reduce_rates(rates, "median"),
-            "ms_per_step_median": 1e3 * config.train_batch / reduce_rates(rates, "median"),
+            **rate_stats(rates[h], config.train_batch),
         }
-        for h, (_, _, n, rates) in cases.items()
+        for h in cases
     ]

@@ -11,6 +11,8 @@ Subcommands:
               the same on OGBench's cubes, with env steps/s with planning
     planners  trained planners side by side on one task: success (95% CI) and planning ms per env step
               (see `ecrl.diffusion.bench_planners`)
+    pixels    the planner from pixels against the state planner at N=3: training windows/s and planning ms
+              per env step of a batch of envs, encoding included, and the ratios (see `ecrl.diffusion.bench_pixels`)
     encoders  object-centric encoders: held-out FG-ARI, object-position probe error (cm), encoded
               images/s against MuJoCo rendering (see `ecrl.encoders.bench`)
     ogbench   the OGBench cube adapter's step time against OGBench's own env, steps/s for 2, 3, 4 and 8
@@ -49,6 +51,9 @@ Examples:
     ecrl-bench planners runs/<flat-run> runs/<hierarchical-run> --labels flat hierarchical \\
         --objects 4 --goal sort --episodes 20 --out results/diffusion_hierarchical
 
+    # the planner from pixels (committed particle encoder) against the state planner -> results/bench_pixels/
+    ecrl-bench pixels --threads 1
+
     # trained encoders side by side on held-out frames -> results/bench_encoders/
     ecrl-bench encoders --checkpoints runs/<slot-run> runs/<particles-run> --labels slot particles
 
@@ -63,6 +68,7 @@ Examples:
     ecrl-bench policies --help
     ecrl-bench diffusion --help
     ecrl-bench planners --help
+    ecrl-bench pixels --help
     ecrl-bench encoders --help
 """
 
@@ -76,6 +82,7 @@ from types import ModuleType
 import tyro
 
 from ecrl.diffusion.bench import DiffusionBenchConfig
+from ecrl.diffusion.bench_pixels import PixelsBenchConfig
 from ecrl.encoders.bench import EncodersBenchConfig
 from ecrl.envs.bench import EnvsBenchConfig
 from ecrl.envs.ogbench_bench import OGBenchBenchConfig
@@ -87,6 +94,7 @@ from ecrl.scripts import (
     bench_encoders,
     bench_envs,
     bench_ogbench,
+    bench_pixels,
     bench_planners,
     bench_policies,
     bench_scaling,
@@ -98,6 +106,7 @@ BENCHMARKS: dict[str, tuple[type, ModuleType]] = {
     "policies": (PoliciesBenchConfig, bench_policies),
     "diffusion": (DiffusionBenchConfig, bench_diffusion),
     "planners": (bench_planners.PlannersArgs, bench_planners),  # the planners' config with positional paths
+    "pixels": (PixelsBenchConfig, bench_pixels),
     "encoders": (EncodersBenchConfig, bench_encoders),
     "ogbench": (OGBenchBenchConfig, bench_ogbench),
     "scaling": (ScalingBenchConfig, bench_scaling),
