@@ -40,6 +40,11 @@ class DiffusionTrainConfig(ComputeOptions):
     """Plan from pixels with proprioception (``--encoder``): the agent's own position (the agent row of the
     state, as a robot reads it from its joints) joins the encoder's entities as one more token, so that only
     the objects come from pixels (:func:`ecrl.encoders.rows.with_proprioception`)."""
+    plan_positions: bool = False
+    """Plan from pixels (``--encoder``) over the particles' positions only: each row's keypoint position (and,
+    with proprioception, the agent token's) is its planned state, the rest of the row (scale, depth,
+    transparency, visual latent, camera) static context read at step 0, as the state planner plans
+    positions and reads attributes (``DenoiserConfig.planned``). Default: every feature is planned."""
     denoiser: DenoiserConfig = field(default_factory=DenoiserConfig)
     """The denoiser: its size, its noise schedule and (flat planner) its ``horizon``, the plan length in env
     steps. The hierarchical planner's two denoisers have this size with horizons ``subgoal_horizon``
@@ -155,6 +160,8 @@ class DiffusionTrainConfig(ComputeOptions):
             problems.append("table_frame lifts an encoder's keypoints: it needs --encoder")
         if self.proprioception and self.encoder is None:
             problems.append("proprioception adds the agent's position to an encoder's entities: it needs --encoder")
+        if self.plan_positions and self.encoder is None:
+            problems.append("plan_positions plans an encoder's keypoint positions: it needs --encoder")
         if self.goal_images and self.encoder is None:
             problems.append("goal_images plans from pixels towards goal images: it needs --encoder")
         if self.encoder is not None and self.init_from is not None:
@@ -200,11 +207,13 @@ class DiffusionTrainConfig(ComputeOptions):
         """The hierarchical planner's low level: ``subgoal_every`` steps, the last one given."""
         return replace(self.denoiser, horizon=self.subgoal_every)
 
-    def make_planner(self, entity_dim: int = 0, goal_dim: int = 0) -> DiffusionPlanner | HierarchicalPlanner:
-        """A fresh (untrained) planner of this run's kind and size (``entity_dim``, ``goal_dim``: generic rows,
-        see :class:`DenoiserConfig`)."""
+    def make_planner(
+        self, entity_dim: int = 0, goal_dim: int = 0, planned: tuple[int, ...] = ()
+    ) -> DiffusionPlanner | HierarchicalPlanner:
+        """A fresh (untrained) planner of this run's kind and size (``entity_dim``, ``goal_dim``, ``planned``:
+        generic rows, see :class:`DenoiserConfig`)."""
         if self.planner == "flat":
-            denoiser = replace(self.denoiser, entity_dim=entity_dim, goal_dim=goal_dim)
+            denoiser = replace(self.denoiser, entity_dim=entity_dim, goal_dim=goal_dim, planned=tuple(planned))
             return DiffusionPlanner(
                 denoiser, self.sampling_steps, self.replan_every, fixed_noise=self.fixed_noise, guidance=self.guidance
             )

@@ -143,14 +143,19 @@ def split_rows(observation: torch.Tensor, state: str = "planar") -> tuple[torch.
     return static, dynamic
 
 
-def generic_rows(observation: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generic entity rows over a window: static context (the rows at step 0) and dynamic state (all of them).
+def generic_rows(
+    observation: torch.Tensor, width: int, planned: tuple[int, ...] = ()
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generic entity rows over a window: static context (the rows at step 0) and dynamic state (the ``planned``
+    columns of every step; default: all of them).
 
     Args:
         observation: ``(B, T, N, width)`` normalised rows (padded rows are excluded by the mask).
     """
     _check_shapes(observation=(observation, ("B", "T", "N", width)))
-    return observation[:, 0], observation
+    if not planned:
+        return observation[:, 0], observation
+    return observation[:, 0], observation[..., list(planned)]
 
 
 def join_rows(reference: torch.Tensor, dynamic: torch.Tensor) -> torch.Tensor:
@@ -214,6 +219,9 @@ class DenoiserConfig:
         state: the dynamic state planned from state rows: ``"planar"`` (x, y, yaw: the push tasks)
             or ``"spatial"`` (x, y, z, yaw and the gripper: lifting and stacking, e.g. OGBench's
             cubes). Set by training from the dataset's env, like ``entity_dim`` from an encoder.
+        planned: generic rows only: the columns planned as dynamic state (e.g. a particle's position),
+            the whole row staying static context at step 0; empty (default): every column is planned.
+            Set by training (``--plan-positions``).
         goal_dim: 0 (default): goal rows in the goal layout (``GOAL_DIM`` wide, normalised by
             :func:`goal_features`, padded rows masked by their present flag). ``D > 0``: *generic* goal
             rows of width ``D``, normalised by the caller and all real, e.g. an encoder's entities of
@@ -231,8 +239,10 @@ class DenoiserConfig:
     entity_dim: int = 0
     state: str = "planar"
     goal_dim: int = 0
+    planned: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        self.planned = tuple(int(c) for c in self.planned)
         sizes = (self.width, self.heads, self.blocks, self.mlp_ratio, self.horizon, self.action_dim)
         if min(sizes) < 1 or self.diffusion_steps < 2:
             raise ValueError(f"invalid denoiser size {asdict(self)}")
@@ -246,6 +256,14 @@ class DenoiserConfig:
             raise ValueError(f"state must be one of {list(STATES)}, got {self.state!r}")
         if self.goal_dim < 0:
             raise ValueError(f"goal_dim must be 0 (goal rows) or a row width > 0, got {self.goal_dim}")
+        if self.planned and (
+            not self.entity_dim
+            or len(set(self.planned)) != len(self.planned)
+            or not all(0 <= c < self.entity_dim for c in self.planned)
+        ):
+            raise ValueError(
+                f"planned must name distinct columns of generic rows (entity_dim {self.entity_dim}), got {self.planned}"
+            )
 
     @property
     def static_dim(self) -> int:
@@ -254,12 +272,15 @@ class DenoiserConfig:
 
     @property
     def dynamic_dim(self) -> int:
-        """Width of an entity's planned state: ``STATES[state]``, or ``entity_dim`` for generic rows."""
-        return self.entity_dim or STATES[self.state]
+        """Width of an entity's planned state: ``STATES[state]``, or for generic rows ``entity_dim`` (or the number of
+        ``planned`` columns)."""
+        return len(self.planned) or self.entity_dim or STATES[self.state]
 
     def split(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(B, T, N, row width)`` rows → ``static (B, N, static_dim)``, ``dynamic (B, T, N, dynamic_dim)``."""
-        return generic_rows(observation, self.entity_dim) if self.entity_dim else split_rows(observation, self.state)
+        if self.entity_dim:
+            return generic_rows(observation, self.entity_dim, self.planned)
+        return split_rows(observation, self.state)
 
     @property
     def goal_row_dim(self) -> int:

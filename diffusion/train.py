@@ -52,7 +52,7 @@ from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.warm_start import init_from, planner_denoisers
 from ecrl.distributed import World
 from ecrl.encoders import load_encoder
-from ecrl.encoders.rows import OBJECT_CENTRE
+from ecrl.encoders.rows import OBJECT_CENTRE, PROPRIO_POSITION, position_columns
 from ecrl.eval_configs import resolve_skill
 from ecrl.eval_report import log_tensorboard, scalars
 from ecrl.evaluation import evaluate
@@ -104,6 +104,14 @@ def planner_policy(planner: DiffusionPlanner | HierarchicalPlanner, meta: dict[s
     return Policy(planner, -ones, ones, meta, builder, planner.kwargs)
 
 
+def planned_columns(encoder, proprioception: bool) -> tuple[int, ...]:
+    """``--plan-positions``: the columns of the rows a planner from pixels plans, the keypoint's position (and, with
+    proprioception, the agent token's x, y, :func:`~ecrl.encoders.rows.with_proprioception`)."""
+    position = position_columns(encoder)
+    d = encoder.entity_dim
+    return (*range(position.start, position.stop), *((d + c for c in PROPRIO_POSITION) if proprioception else ()))
+
+
 class _Trainer:
     """The state of a run: planner (whose denoisers are trained), their EMA copies, optimizer, step, samplers.
 
@@ -125,7 +133,8 @@ class _Trainer:
         self.pixels = pixels
         self.entity_dim = pixels[1].width if pixels else 0
         self.goal_dim = self.entity_dim if config.goal_images else 0
-        self.planner = config.make_planner(self.entity_dim, self.goal_dim).to(device)
+        self.planned = planned_columns(pixels[0], config.proprioception) if pixels and config.plan_positions else ()
+        self.planner = config.make_planner(self.entity_dim, self.goal_dim, self.planned).to(device)
         self.models = planner_denoisers(self.planner)
         if config.init_from is not None:
             init_from(self.models, config.init_from, device)
@@ -141,7 +150,7 @@ class _Trainer:
         self.generator = torch.Generator(device).manual_seed(distributed.rank_seed(config.seed, world.rank))
 
     def ema_planner(self) -> DiffusionPlanner | HierarchicalPlanner:
-        planner = self.config.make_planner(self.entity_dim, self.goal_dim)
+        planner = self.config.make_planner(self.entity_dim, self.goal_dim, self.planned)
         for name, model in planner_denoisers(planner).items():
             model.load_state_dict(self.emas[name].model.state_dict())
         return planner.to(self.device).eval()
@@ -327,6 +336,7 @@ def _run_meta(config: DiffusionTrainConfig, demonstrations: int, task: dict[str,
             "goal_input": "images" if config.goal_images else "rows",
             **({"keypoints": "table"} if config.table_frame else {}),
             **({"proprioception": True} if config.proprioception else {}),
+            **({"planned": "positions"} if config.plan_positions else {}),
         }
     return meta
 

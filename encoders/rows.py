@@ -37,6 +37,7 @@ __all__ = [
     "ENTITIES_KEY",
     "OBJECT_CENTRE",
     "PROPRIO_DIM",
+    "PROPRIO_POSITION",
     "TABLE_REACH",
     "EncodedObservation",
     "FrameRows",
@@ -57,6 +58,8 @@ particle on the wall or the sky of the front camera) meets no table and is put a
 PROPRIO_DIM = 3
 """Columns a row gains with proprioception: a flag (1 for the agent's token), then the agent's x, y (× 4, as the
 planners and the policies scale positions, so that the table's ±0.3 m span ±1.2)."""
+PROPRIO_POSITION = (1, 2)
+"""Where, after the encoder's ``D`` columns, the agent token holds its x, y."""
 _AGENT_POSITION_SCALE = 4.0
 _IS_AGENT = ENTITY_FIELDS["is_agent"].start
 

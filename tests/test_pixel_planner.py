@@ -256,3 +256,30 @@ def test_a_planner_with_proprioception_trains_and_reads_the_agent_row(goal_image
         policy.module({k: torch.as_tensor(v[None]) for k, v in obs.items() if k != "observation"})
     with pytest.raises(ValueError, match="needs --encoder"):
         tiny_train_config(data_path, tmp_path, proprioception=True)
+
+
+def test_a_planner_that_plans_positions_reads_the_rest_as_static_context(goal_image_demos, tmp_path):
+    data_path, encoder_path = goal_image_demos
+    encoder = ecrl.encoders.load_encoder(encoder_path)
+    d = encoder.entity_dim
+    result = train(
+        tiny_train_config(data_path, tmp_path, encoder=encoder_path, plan_positions=True, proprioception=True)
+    )
+    policy = ecrl.load(result.run_dir)
+    config = policy.module.planner.denoiser.config
+    assert config.planned == (0, 1, d + 1, d + 2) and config.dynamic_dim == 4 and config.static_dim == d + PROPRIO_DIM
+    assert policy.meta["planned"] == "positions"
+    env = gym.make("ecrl/Push-v0", n_objects=2, pixels=32)
+    obs, _ = env.reset(seed=0)
+    policy.reset()
+    assert policy.act(obs).shape == (2,)
+    rows = torch.randn(1, 5, d + PROPRIO_DIM)
+    plan = sample(
+        policy.module.planner.denoiser, rows, torch.zeros(1, 2, 14), steps=2, mask=torch.ones(1, 5, dtype=torch.bool)
+    )
+    assert plan.states.shape[-1] == 4
+    torch.testing.assert_close(plan.states[:, 0], rows[..., [0, 1, d + 1, d + 2]])
+    with pytest.raises(ValueError, match="planned must name distinct columns"):
+        DenoiserConfig(entity_dim=4, planned=(0, 4))
+    with pytest.raises(ValueError, match="needs --encoder"):
+        tiny_train_config(data_path, tmp_path, plan_positions=True)
