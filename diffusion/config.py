@@ -40,6 +40,10 @@ class DiffusionTrainConfig(ComputeOptions):
     """Plan from pixels with proprioception (``--encoder``): the agent's own position (the agent row of the
     state, as a robot reads it from its joints) joins the encoder's entities as one more token, so that only
     the objects come from pixels (:func:`ecrl.encoders.rows.with_proprioception`)."""
+    min_transparency: float | None = None
+    """Plan from pixels (``--encoder``) over the present particles only: a particle of at most this transparency
+    (the particle encoder's alpha; on push frames ≈ 0.95 on the pusher and objects, 0.1–0.3 on the table) is
+    masked out of the plan (:class:`ecrl.encoders.rows.FrameRows`). Default: every particle takes part."""
     plan_positions: bool = False
     """Plan from pixels (``--encoder``) over the particles' positions only: each row's keypoint position (and,
     with proprioception, the agent token's) is its planned state, the rest of the row (scale, depth,
@@ -160,6 +164,8 @@ class DiffusionTrainConfig(ComputeOptions):
             problems.append("table_frame lifts an encoder's keypoints: it needs --encoder")
         if self.proprioception and self.encoder is None:
             problems.append("proprioception adds the agent's position to an encoder's entities: it needs --encoder")
+        if self.min_transparency is not None and self.encoder is None:
+            problems.append("min_transparency masks an encoder's particles: it needs --encoder")
         if self.plan_positions and self.encoder is None:
             problems.append("plan_positions plans an encoder's keypoint positions: it needs --encoder")
         if self.goal_images and self.encoder is None:

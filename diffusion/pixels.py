@@ -42,7 +42,14 @@ from ecrl.checkpoint import register_builder
 from ecrl.datasets import DatasetError, DemoDataset
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.encoders import EntityEncoder, frames_to_images
-from ecrl.encoders.rows import PROPRIO_DIM, FrameRows, lift_to_table, position_columns, with_proprioception
+from ecrl.encoders.rows import (
+    PROPRIO_DIM,
+    FrameRows,
+    lift_to_table,
+    position_columns,
+    transparency_column,
+    with_proprioception,
+)
 
 __all__ = ["LatentWindows", "PixelPlanner"]
 
@@ -93,7 +100,9 @@ class LatentWindows:
     alike into :attr:`goal_rows`, and a window's ``desired_goal`` is its episode's. With
     ``table_height``, the rows' positions are lifted to the table's frame (:func:`lift_to_table`)
     before they are normalised. With ``proprioception``, a window's rows gain the agent's token
-    (:func:`with_proprioception`) from its state rows, and goal rows gain its zero columns.
+    (:func:`with_proprioception`) from its state rows, and goal rows gain its zero columns. With
+    ``min_transparency``, a window's ``mask`` keeps the particles above it at the window's first step
+    (the frame a planner sees), as :meth:`~ecrl.encoders.rows.FrameRows.present` does.
 
     Attributes:
         rows: ``(S + E, V * K, D)`` normalised, tracked entity rows of every state.
@@ -113,6 +122,7 @@ class LatentWindows:
         goal_images: bool = False,
         table_height: float | None = None,
         proprioception: bool = False,
+        min_transparency: float | None = None,
     ) -> None:
         if data.pixels is None:
             raise DatasetError(
@@ -139,6 +149,10 @@ class LatentWindows:
         raw = lift(_encode_all(encoder, data.pixels, 256, device, progress))
         self.mean, self.std = raw.mean((0, 1)), raw.std((0, 1)) + 1e-6
         self.rows = track((raw - self.mean) / self.std, data.lengths, views).astype(np.float32)
+        self.present = np.ones(self.rows.shape[:2], bool)
+        if min_transparency is not None:
+            c = transparency_column(encoder)
+            self.present = self.rows[..., c] * self.std[c] + self.mean[c] > min_transparency
         self.goal_rows = None
         if goal_images:
             goal = lift(_encode_all(encoder, data.goal_pixels, 256, device, progress))
@@ -154,7 +168,8 @@ class LatentWindows:
         if self.proprioception:
             rows = with_proprioception(torch.from_numpy(rows), torch.from_numpy(batch["observation"])).numpy()
         batch["observation"] = rows
-        batch["mask"] = np.ones((batch_size, rows.shape[2]), bool)
+        present = self.present[batch["state_index"][:, 0]]
+        batch["mask"] = np.concatenate([present, np.ones((batch_size, rows.shape[2] - present.shape[1]), bool)], 1)
         if self.goal_rows is not None:
             episode = np.searchsorted(self.data.state_starts, batch["state_index"][:, 0], side="right") - 1
             goal = self.goal_rows[episode]
@@ -168,7 +183,7 @@ class PixelPlanner(FrameRows):
     """Observation dict with ``pixels (B, V, P, P, 3)`` uint8 → action ``(B, A)``, through a frozen encoder and a planner.
 
     Args:
-        encoder, mean, std, table_height, cameras, proprioception: the front end
+        encoder, mean, std, table_height, cameras, proprioception, min_transparency: the front end
             (:class:`~ecrl.encoders.rows.FrameRows`; the normalisation is :class:`LatentWindows`').
         planner: the keyword arguments of the :class:`DiffusionPlanner` (its denoiser has ``entity_dim``
             = the front end's row width).
@@ -186,8 +201,9 @@ class PixelPlanner(FrameRows):
         table_height: float | None = None,
         cameras: list[str] | None = None,
         proprioception: bool = False,
+        min_transparency: float | None = None,
     ) -> None:
-        super().__init__(encoder, mean, std, table_height, cameras, proprioception)
+        super().__init__(encoder, mean, std, table_height, cameras, proprioception, min_transparency)
         self.planner = DiffusionPlanner(**planner)
         self.goal_images = bool(goal_images)
         width = self.planner.denoiser.config.entity_dim
@@ -216,8 +232,7 @@ class PixelPlanner(FrameRows):
 
     @torch.no_grad()
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        rows = self.entity_rows(obs)
-        mask = torch.ones(rows.shape[:2], dtype=torch.bool, device=rows.device)
+        rows, mask = self.encode(obs)
         goal = obs["desired_goal"]
         if self.goal_images:
             if "goal_pixels" not in obs:

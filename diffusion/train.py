@@ -170,6 +170,7 @@ class _Trainer:
             windows.std.tolist(),
             goal_images=self.config.goal_images,
             proprioception=self.config.proprioception,
+            min_transparency=self.config.min_transparency,
             **table,
         )
         module.encoder.load_state_dict(encoder.state_dict())
@@ -337,6 +338,7 @@ def _run_meta(config: DiffusionTrainConfig, demonstrations: int, task: dict[str,
             **({"keypoints": "table"} if config.table_frame else {}),
             **({"proprioception": True} if config.proprioception else {}),
             **({"planned": "positions"} if config.plan_positions else {}),
+            **({"min_transparency": config.min_transparency} if config.min_transparency is not None else {}),
         }
     return meta
 
@@ -376,6 +378,7 @@ def _train(run: Run, world: World, device: torch.device) -> DiffusionTrainResult
             goal_images=config.goal_images,
             table_height=OBJECT_CENTRE if config.table_frame else None,
             proprioception=config.proprioception,
+            min_transparency=config.min_transparency,
         )
         frames = {"size": int(dataset.pixel_meta["size"]), "cameras": list(dataset.cameras)}
         pixels = (encoder, source, frames | ({"goal": True} if config.goal_images else {}))
