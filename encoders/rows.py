@@ -72,26 +72,23 @@ ENTITIES_KEY = "entities"
 """The observation key :class:`EncodedObservation` adds: ``(M, W)`` rows of :meth:`FrameRows.entity_rows`."""
 
 
+def _field(encoder: EntityEncoder, name: str, why: str) -> slice:
+    fields = encoder.fields() if hasattr(encoder, "fields") else {}
+    if name not in fields:
+        raise ValueError(
+            f"{why}: the {encoder.kind!r} encoder's rows have no {name!r} field (use the particle encoder)"
+        )
+    return fields[name]
+
+
 def position_columns(encoder: EntityEncoder) -> slice:
     """The columns of an entity row that hold the keypoint's image position (an encoder with ``fields()``)."""
-    fields = encoder.fields() if hasattr(encoder, "fields") else {}
-    if "position" not in fields:
-        raise ValueError(
-            f"table-frame keypoints lift each entity's image position: the {encoder.kind!r} encoder's rows have no "
-            "'position' field (use the particle encoder)"
-        )
-    return fields["position"]
+    return _field(encoder, "position", "table-frame keypoints lift each entity's image position")
 
 
 def transparency_column(encoder: EntityEncoder) -> int:
     """The column of an entity row that holds a particle's transparency (an encoder with ``fields()``)."""
-    fields = encoder.fields() if hasattr(encoder, "fields") else {}
-    if "transparency" not in fields:
-        raise ValueError(
-            f"min_transparency masks particles by their transparency: the {encoder.kind!r} encoder's rows have no "
-            "'transparency' field (use the particle encoder)"
-        )
-    return fields["transparency"].start
+    return _field(encoder, "transparency", "min_transparency masks particles by their transparency").start
 
 
 def lift_to_table(entities: np.ndarray, cameras: list[str], columns: slice, height: float) -> np.ndarray:
