@@ -36,17 +36,13 @@ class DiffusionTrainConfig(ComputeOptions):
     """Plan from pixels over table-frame keypoints (``--encoder``): each particle's image position is lifted
     to where its camera's ray meets the plane at an object's centre height (the cameras' calibration), the
     frame of the goal rows and of the other views' particles (:func:`ecrl.encoders.rows.lift_to_table`)."""
-    proprioception: bool = False
-    """Plan from pixels with proprioception (``--encoder``): the agent's own position (the agent row of the
-    state, as a robot reads it from its joints) joins the encoder's entities as one more token, so that only
-    the objects come from pixels (:func:`ecrl.encoders.rows.with_proprioception`)."""
     min_transparency: float | None = None
     """Plan from pixels (``--encoder``) over the present particles only: a particle of at most this transparency
     (the particle encoder's alpha; on push frames ≈ 0.95 on the pusher and objects, 0.1–0.3 on the table) is
     masked out of the plan (:class:`ecrl.encoders.rows.FrameRows`). Default: every particle takes part."""
     plan_positions: bool = False
-    """Plan from pixels (``--encoder``) over the particles' positions only: each row's keypoint position (and,
-    with proprioception, the agent token's) is its planned state, the rest of the row (scale, depth,
+    """Plan from pixels (``--encoder``) over the particles' positions only: each row's keypoint position is
+    its planned state, the rest of the row (scale, depth,
     transparency, visual latent, camera) static context read at step 0, as the state planner plans
     positions and reads attributes (``DenoiserConfig.planned``). Default: every feature is planned."""
     denoiser: DenoiserConfig = field(default_factory=DenoiserConfig)
@@ -162,8 +158,6 @@ class DiffusionTrainConfig(ComputeOptions):
             problems.append("recolour is implemented for state planners (no --encoder)")
         if self.table_frame and self.encoder is None:
             problems.append("table_frame lifts an encoder's keypoints: it needs --encoder")
-        if self.proprioception and self.encoder is None:
-            problems.append("proprioception adds the agent's position to an encoder's entities: it needs --encoder")
         if self.min_transparency is not None and self.encoder is None:
             problems.append("min_transparency masks an encoder's particles: it needs --encoder")
         if self.plan_positions and self.encoder is None:

@@ -21,9 +21,8 @@ conditioning, future rows and actions predicted jointly.
   instead of the goal rows. ``meta["pixels"]`` then has ``"goal": true`` and the runner's envs
   observe ``goal_pixels`` too.
 - **Table-frame keypoints** (``table_height=h``, the particles' positions in the table's frame) and
-  **proprioception** (the agent's own position as one more token per step, so that only the objects
-  come from pixels) are options of the front end the planner shares with the EIT from pixels,
-  :class:`~ecrl.encoders.rows.FrameRows`.
+  **present particles only** (``min_transparency``) are options of the front end the planner shares
+  with the EIT from pixels, :class:`~ecrl.encoders.rows.FrameRows`.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial.distance import cdist
 from tqdm.auto import tqdm
@@ -43,12 +41,10 @@ from ecrl.datasets import DatasetError, DemoDataset
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.encoders import EntityEncoder, frames_to_images
 from ecrl.encoders.rows import (
-    PROPRIO_DIM,
     FrameRows,
     lift_to_table,
     position_columns,
     transparency_column,
-    with_proprioception,
 )
 
 __all__ = ["LatentWindows", "PixelPlanner"]
@@ -99,9 +95,7 @@ class LatentWindows:
     With ``goal_images``, each episode's goal frames (``data.goal_pixels``) are encoded and normalised
     alike into :attr:`goal_rows`, and a window's ``desired_goal`` is its episode's. With
     ``table_height``, the rows' positions are lifted to the table's frame (:func:`lift_to_table`)
-    before they are normalised. With ``proprioception``, a window's rows gain the agent's token
-    (:func:`with_proprioception`) from its state rows, and goal rows gain its zero columns. With
-    ``min_transparency``, a window's ``mask`` keeps the particles above it at the window's first step
+    before they are normalised. With ``min_transparency``, a window's ``mask`` keeps the particles above it at the window's first step
     (the frame a planner sees), as :meth:`~ecrl.encoders.rows.FrameRows.present` does.
 
     Attributes:
@@ -110,7 +104,6 @@ class LatentWindows:
             without ``goal_images``).
         mean, std: ``(D,)`` the normalisation.
         success: per episode (as :attr:`DemoDataset.success`).
-        width: the planner's row width: ``D``, plus :data:`PROPRIO_DIM` with proprioception.
     """
 
     def __init__(
@@ -121,7 +114,6 @@ class LatentWindows:
         progress: bool = True,
         goal_images: bool = False,
         table_height: float | None = None,
-        proprioception: bool = False,
         min_transparency: float | None = None,
     ) -> None:
         if data.pixels is None:
@@ -140,8 +132,6 @@ class LatentWindows:
                 f"holds {views} camera(s) ({', '.join(data.cameras)}) at {size} px"
             )
         self.data, self.success = data, data.success
-        self.proprioception = bool(proprioception)
-        self.width = encoder.entity_dim + (PROPRIO_DIM if self.proprioception else 0)
         lift = lambda rows: rows  # noqa: E731
         if table_height is not None:
             columns, cameras = position_columns(encoder), list(data.cameras)
@@ -161,19 +151,13 @@ class LatentWindows:
     def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """As :meth:`DemoDataset.sample_windows`, with ``observation (B, H + 1, V * K, D)`` encoder rows and an
         all-True ``mask`` (with goal images, also ``desired_goal (B, V * K, D)`` and an all-True ``goal_mask``).
-        With proprioception the rows are ``(B, H + 1, V * K + 1, D + PROPRIO_DIM)`` and goal image rows
-        ``D + PROPRIO_DIM`` wide."""
+        With ``min_transparency`` the mask keeps the particles present at the window's first step."""
         batch = self.data.sample_windows(batch_size, horizon, rng)
-        rows = self.rows[batch["state_index"]]
-        if self.proprioception:
-            rows = with_proprioception(torch.from_numpy(rows), torch.from_numpy(batch["observation"])).numpy()
-        batch["observation"] = rows
-        present = self.present[batch["state_index"][:, 0]]
-        batch["mask"] = np.concatenate([present, np.ones((batch_size, rows.shape[2] - present.shape[1]), bool)], 1)
+        batch["observation"] = self.rows[batch["state_index"]]
+        batch["mask"] = self.present[batch["state_index"][:, 0]]
         if self.goal_rows is not None:
             episode = np.searchsorted(self.data.state_starts, batch["state_index"][:, 0], side="right") - 1
-            goal = self.goal_rows[episode]
-            batch["desired_goal"] = np.pad(goal, ((0, 0), (0, 0), (0, self.width - goal.shape[-1])))
+            batch["desired_goal"] = self.goal_rows[episode]
             batch["goal_mask"] = np.ones(self.goal_rows.shape[:2], bool)[episode]
         return batch
 
@@ -183,7 +167,7 @@ class PixelPlanner(FrameRows):
     """Observation dict with ``pixels (B, V, P, P, 3)`` uint8 → action ``(B, A)``, through a frozen encoder and a planner.
 
     Args:
-        encoder, mean, std, table_height, cameras, proprioception, min_transparency: the front end
+        encoder, mean, std, table_height, cameras, min_transparency: the front end
             (:class:`~ecrl.encoders.rows.FrameRows`; the normalisation is :class:`LatentWindows`').
         planner: the keyword arguments of the :class:`DiffusionPlanner` (its denoiser has ``entity_dim``
             = the front end's row width).
@@ -200,10 +184,9 @@ class PixelPlanner(FrameRows):
         goal_images: bool = False,
         table_height: float | None = None,
         cameras: list[str] | None = None,
-        proprioception: bool = False,
         min_transparency: float | None = None,
     ) -> None:
-        super().__init__(encoder, mean, std, table_height, cameras, proprioception, min_transparency)
+        super().__init__(encoder, mean, std, table_height, cameras, min_transparency)
         self.planner = DiffusionPlanner(**planner)
         self.goal_images = bool(goal_images)
         width = self.planner.denoiser.config.entity_dim
@@ -214,10 +197,7 @@ class PixelPlanner(FrameRows):
                 f"{width if self.goal_images else 0}, got {goal_dim}"
             )
         if width != self.width:
-            raise ValueError(
-                f"the planner's rows are {width} wide, the encoder's {self.encoder.entity_dim} "
-                f"(+ {self.width - self.encoder.entity_dim} for proprioception): they must agree"
-            )
+            raise ValueError(f"the planner's rows are {width} wide, the encoder's {self.width}: they must agree")
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -241,5 +221,4 @@ class PixelPlanner(FrameRows):
                     "(make the env with pixels=P, goal_pixels=True)"
                 )
             goal = self.rows(obs["goal_pixels"])
-            goal = F.pad(goal, (0, rows.shape[-1] - goal.shape[-1]))
         return self.planner({"observation": rows, "desired_goal": goal, "mask": mask})

@@ -52,7 +52,7 @@ from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.warm_start import init_from, planner_denoisers
 from ecrl.distributed import World
 from ecrl.encoders import load_encoder
-from ecrl.encoders.rows import OBJECT_CENTRE, PROPRIO_POSITION, position_columns
+from ecrl.encoders.rows import OBJECT_CENTRE, position_columns
 from ecrl.eval_configs import resolve_skill
 from ecrl.eval_report import log_tensorboard, scalars
 from ecrl.evaluation import evaluate
@@ -104,12 +104,10 @@ def planner_policy(planner: DiffusionPlanner | HierarchicalPlanner, meta: dict[s
     return Policy(planner, -ones, ones, meta, builder, planner.kwargs)
 
 
-def planned_columns(encoder, proprioception: bool) -> tuple[int, ...]:
-    """``--plan-positions``: the columns of the rows a planner from pixels plans, the keypoint's position (and, with
-    proprioception, the agent token's x, y, :func:`~ecrl.encoders.rows.with_proprioception`)."""
+def planned_columns(encoder) -> tuple[int, ...]:
+    """``--plan-positions``: the columns of the rows a planner from pixels plans, the keypoint's position."""
     position = position_columns(encoder)
-    d = encoder.entity_dim
-    return (*range(position.start, position.stop), *((d + c for c in PROPRIO_POSITION) if proprioception else ()))
+    return tuple(range(position.start, position.stop))
 
 
 class _Trainer:
@@ -131,9 +129,9 @@ class _Trainer:
         self.config, self.device = config, device
         # Planning from pixels: (frozen encoder, LatentWindows, {"size", "cameras"}); None for state entities.
         self.pixels = pixels
-        self.entity_dim = pixels[1].width if pixels else 0
+        self.entity_dim = pixels[0].entity_dim if pixels else 0
         self.goal_dim = self.entity_dim if config.goal_images else 0
-        self.planned = planned_columns(pixels[0], config.proprioception) if pixels and config.plan_positions else ()
+        self.planned = planned_columns(pixels[0]) if pixels and config.plan_positions else ()
         self.planner = config.make_planner(self.entity_dim, self.goal_dim, self.planned).to(device)
         self.models = planner_denoisers(self.planner)
         if config.init_from is not None:
@@ -169,7 +167,6 @@ class _Trainer:
             windows.mean.tolist(),
             windows.std.tolist(),
             goal_images=self.config.goal_images,
-            proprioception=self.config.proprioception,
             min_transparency=self.config.min_transparency,
             **table,
         )
@@ -336,7 +333,6 @@ def _run_meta(config: DiffusionTrainConfig, demonstrations: int, task: dict[str,
             # the task's goal kind stays in "goal" (ecrl-eval and the benches read it); this says how it is given
             "goal_input": "images" if config.goal_images else "rows",
             **({"keypoints": "table"} if config.table_frame else {}),
-            **({"proprioception": True} if config.proprioception else {}),
             **({"planned": "positions"} if config.plan_positions else {}),
             **({"min_transparency": config.min_transparency} if config.min_transparency is not None else {}),
         }
@@ -377,7 +373,6 @@ def _train(run: Run, world: World, device: torch.device) -> DiffusionTrainResult
             progress=config.progress and main,
             goal_images=config.goal_images,
             table_height=OBJECT_CENTRE if config.table_frame else None,
-            proprioception=config.proprioception,
             min_transparency=config.min_transparency,
         )
         frames = {"size": int(dataset.pixel_meta["size"]), "cameras": list(dataset.cameras)}

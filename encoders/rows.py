@@ -8,9 +8,6 @@ normalisation → optionally
 - **table-frame keypoints** (``table_height=h``): each particle's image position lifted to where its
   camera's ray meets the plane ``z = h`` (:func:`lift_to_table`, the cameras' calibration of
   :func:`ecrl.envs.scene.unproject`), the frame of the goal rows and of the other views' particles;
-- **proprioception**: the agent's own position, which a robot reads from its joints rather than its
-  cameras, as one more token (:func:`with_proprioception`, from the agent row of ``obs["observation"]``;
-  nothing else of the state is read), so that only the objects come from pixels;
 - **present particles only** (``min_transparency=τ``): a particle whose transparency (its alpha, the
   encoder's own measure of there being something) is at most ``τ`` is masked out
   (:meth:`FrameRows.encode`). On push frames about 3 of a view's 12 particles sit on the pusher or an
@@ -28,20 +25,16 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 from gymnasium import spaces
 from torch import nn
 
 from ecrl.encoders.base import EntityEncoder, frames_to_images
 from ecrl.encoders.io import build_encoder
-from ecrl.envs.layout import ENTITY_FIELDS, ENTITY_XY
 from ecrl.envs.scene import unproject
 
 __all__ = [
     "ENTITIES_KEY",
     "OBJECT_CENTRE",
-    "PROPRIO_DIM",
-    "PROPRIO_POSITION",
     "TABLE_REACH",
     "EncodedObservation",
     "FrameRows",
@@ -49,7 +42,6 @@ __all__ = [
     "lift_to_table",
     "position_columns",
     "transparency_column",
-    "with_proprioception",
 ]
 
 OBJECT_CENTRE = 0.025
@@ -59,14 +51,6 @@ the default size (``ObjectSpec.size``, a cube's half side or a sphere's radius).
 TABLE_REACH = 1.0
 """Lifted positions are clipped to ``[-TABLE_REACH, TABLE_REACH]`` metres: a ray above the horizon (a
 particle on the wall or the sky of the front camera) meets no table and is put at that edge."""
-
-PROPRIO_DIM = 3
-"""Columns a row gains with proprioception: a flag (1 for the agent's token), then the agent's x, y (× 4, as the
-planners and the policies scale positions, so that the table's ±0.3 m span ±1.2)."""
-PROPRIO_POSITION = (1, 2)
-"""Where, after the encoder's ``D`` columns, the agent token holds its x, y."""
-_AGENT_POSITION_SCALE = 4.0
-_IS_AGENT = ENTITY_FIELDS["is_agent"].start
 
 ENTITIES_KEY = "entities"
 """The observation key :class:`EncodedObservation` adds: ``(M, W)`` rows of :meth:`FrameRows.entity_rows`."""
@@ -111,28 +95,8 @@ def lift_to_table(entities: np.ndarray, cameras: list[str], columns: slice, heig
     return out
 
 
-def with_proprioception(rows: torch.Tensor, observation: torch.Tensor) -> torch.Tensor:
-    """Encoder rows ``(..., M, D)`` and state rows ``(..., N, ENTITY_DIM)`` → ``(..., M + 1, D + PROPRIO_DIM)``.
-
-    The encoder rows gain :data:`PROPRIO_DIM` zero columns; the last token is the agent's: zero encoder
-    columns, then ``1, x · 4, y · 4`` of the state row whose ``is_agent`` flag is set.
-    """
-    if observation.shape[:-2] != rows.shape[:-2]:
-        raise ValueError(
-            f"proprioception: expected state rows (..., N, F) with leading shape {tuple(rows.shape[:-2])} "
-            f"(the encoder rows'), got {tuple(observation.shape)}"
-        )
-    flags = observation[..., _IS_AGENT]
-    if not bool((flags.amax(-1) > 0.5).all()):
-        raise ValueError("proprioception: a state holds no agent row (is_agent flag set)")
-    agent = flags.argmax(-1)[..., None, None]
-    xy = torch.take_along_dim(observation[..., ENTITY_XY], agent, dim=-2).to(rows.dtype) * _AGENT_POSITION_SCALE
-    token = torch.cat([torch.zeros_like(rows[..., :1, :]), torch.ones_like(xy[..., :1]), xy], -1)
-    return torch.cat([F.pad(rows, (0, PROPRIO_DIM)), token], -2)
-
-
 class FrameRows(nn.Module):
-    """Frames (and the agent row, with proprioception) → normalised entity rows, through a frozen encoder.
+    """Camera frames → normalised entity rows (and which are present), through a frozen encoder.
 
     Args:
         encoder: ``{"kind": …, "config": {…}}`` of the encoder (:func:`ecrl.encoders.build_encoder`); its
@@ -141,12 +105,11 @@ class FrameRows(nn.Module):
             (:func:`frame_statistics`, or a dataset's, :class:`ecrl.diffusion.pixels.LatentWindows`).
         table_height: lift the rows' positions to the table's frame at this height (:func:`lift_to_table`);
             ``cameras`` names the views, in the encoder's order. ``None``: image positions.
-        proprioception: the agent's token joins the rows (:func:`with_proprioception`).
         min_transparency: mask out particles of at most this transparency (:meth:`encode`); ``None``: every
             entity is present.
 
     Attributes:
-        width: the width of :meth:`entity_rows`: ``D``, plus :data:`PROPRIO_DIM` with proprioception.
+        width: the width of the rows, the encoder's ``D``.
     """
 
     def __init__(
@@ -156,7 +119,6 @@ class FrameRows(nn.Module):
         std: list[float],
         table_height: float | None = None,
         cameras: list[str] | None = None,
-        proprioception: bool = False,
         min_transparency: float | None = None,
     ) -> None:
         super().__init__()
@@ -175,8 +137,7 @@ class FrameRows(nn.Module):
                     f"table-frame keypoints need the name of each of the encoder's {self.encoder.config.views} "
                     f"camera(s), got {self.cameras}"
                 )
-        self.proprioception = bool(proprioception)
-        self.width = d + (PROPRIO_DIM if self.proprioception else 0)
+        self.width = d
         self.min_transparency = None if min_transparency is None else float(min_transparency)
         if self.min_transparency is not None:
             self.transparency = transparency_column(self.encoder)
@@ -191,7 +152,6 @@ class FrameRows(nn.Module):
             "mean": self.mean.tolist(),
             "std": self.std.tolist(),
             **({"table_height": self.table_height, "cameras": self.cameras} if self.table_height is not None else {}),
-            **({"proprioception": True} if self.proprioception else {}),
             **({"min_transparency": self.min_transparency} if self.min_transparency is not None else {}),
         }
 
@@ -219,21 +179,14 @@ class FrameRows(nn.Module):
         return rows[..., column] * self.std[column] + self.mean[column] > self.min_transparency
 
     def encode(self, obs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """An observation dict's rows ``(B, M, width)`` and mask ``(B, M)``: :meth:`rows` of ``obs["pixels"]`` and
-        :meth:`present`, with proprioception the agent's token (``obs["observation"]``, always present) after
-        them."""
+        """An observation dict's rows ``(B, V * K, D)`` and mask ``(B, V * K)``: :meth:`rows` of ``obs["pixels"]``
+        and :meth:`present`."""
         if "pixels" not in obs:
             raise ValueError(
                 "this model acts from camera frames: its observations need 'pixels' (make the env with pixels=P)"
             )
         rows = self.rows(obs["pixels"])
-        mask = self.present(rows)
-        if not self.proprioception:
-            return rows, mask
-        if "observation" not in obs:
-            raise ValueError("this model reads the agent's position: its observations need 'observation'")
-        rows = with_proprioception(rows, obs["observation"].to(rows.device))
-        return rows, torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
+        return rows, self.present(rows)
 
     def entity_rows(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The rows of :meth:`encode`, for models that read every entity (``min_transparency`` must be unset)."""
@@ -271,14 +224,14 @@ class EncodedObservation(gym.ObservationWrapper):
         if not isinstance(space, spaces.Dict) or "pixels" not in space.spaces:
             raise ValueError(f"EncodedObservation encodes camera frames: make the env with pixels=P, got {space}")
         self.frame_rows = rows.eval()
-        tokens = rows.encoder.config.entities * rows.encoder.config.views + int(rows.proprioception)
+        tokens = rows.encoder.config.entities * rows.encoder.config.views
         entities = spaces.Box(-np.inf, np.inf, shape=(tokens, rows.width), dtype=np.float32)
         self.observation_space = spaces.Dict(
             {k: v for k, v in space.spaces.items() if k != "pixels"} | {ENTITIES_KEY: entities}
         )
 
     def observation(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        batch = {k: torch.as_tensor(np.asarray(v)[None]) for k, v in obs.items() if k in ("pixels", "observation")}
+        batch = {"pixels": torch.as_tensor(np.asarray(obs["pixels"])[None])}
         with torch.no_grad():
             rows = self.frame_rows.entity_rows(batch)[0].numpy().astype(np.float32)
         return {k: v for k, v in obs.items() if k != "pixels"} | {ENTITIES_KEY: rows}

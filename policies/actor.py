@@ -49,12 +49,12 @@ class EntityActorModule(nn.Module):
 
 @register_builder("pixel_actor")
 class PixelActorModule(FrameRows):
-    """An entity actor over a frozen encoder's entities: ``obs["pixels"]`` (and, with proprioception, the agent
-    row of ``obs["observation"]``) → :meth:`~ecrl.encoders.rows.FrameRows.entity_rows` → the actor.
+    """An entity actor over a frozen encoder's entities: ``obs["pixels"]`` →
+    :meth:`~ecrl.encoders.rows.FrameRows.entity_rows` → the actor.
 
     Args:
         actor: the :class:`EntityActorModule` keyword arguments (its net's ``entity_dim`` = the row width).
-        encoder, mean, std, table_height, cameras, proprioception: the front end (:class:`FrameRows`).
+        encoder, mean, std, table_height, cameras: the front end (:class:`FrameRows`).
     """
 
     def __init__(

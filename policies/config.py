@@ -45,9 +45,6 @@ class TrainConfig(RunOptions):
     at its image size, and the actor and critics read its entities of the frames
     (:class:`ecrl.encoders.rows.EncodedObservation`) instead of the state rows; the expert, HER and the
     reward still use the state. The policy acts from ``obs["pixels"]``."""
-    proprioception: bool = False
-    """With ``--encoder``: the agent's own position (its state row, as a robot reads it from its joints) joins the
-    encoder's entities as one more token (:func:`ecrl.encoders.rows.with_proprioception`)."""
     net_arch: tuple[int, ...] = (256, 256)
     """Hidden layers of the flat MLP baseline (SB3's default for SAC)."""
     steps: int = 30_000
@@ -132,8 +129,6 @@ class TrainConfig(RunOptions):
             problems.append(
                 "--encoder feeds an encoder's entities to an entity-centric network: use --arch eit or deepsets"
             )
-        if self.proprioception and self.encoder is None:
-            problems.append("proprioception adds the agent's position to an encoder's entities: it needs --encoder")
         if self.bc_weight > 0 and self.demos == 0:
             problems.append("bc_weight > 0 needs demonstrations (--demos N)")
         if (self.bc_steps > 0 or self.dagger_iterations > 0) and self.demos == 0:

@@ -96,7 +96,7 @@ def front_end(config: TrainConfig) -> FrameRows:
     env.close()
     mean, std = frame_statistics(encoder, pixels)
     kind = {"kind": encoder.kind, "config": encoder.config_dict()}
-    frames = FrameRows(kind, mean.tolist(), std.tolist(), cameras=cameras, proprioception=config.proprioception)
+    frames = FrameRows(kind, mean.tolist(), std.tolist(), cameras=cameras)
     frames.encoder.load_state_dict(encoder.state_dict())
     return frames.eval()
 
@@ -162,7 +162,6 @@ def policy_meta(config: TrainConfig, model, frames: FrameRows | None = None) -> 
         else {
             "pixels": {"size": frames.encoder.config.image_size, "cameras": list(frames.cameras)},
             "encoder": str(config.encoder),
-            **({"proprioception": True} if frames.proprioception else {}),
         }
     )
     return pixels | {

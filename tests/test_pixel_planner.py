@@ -15,7 +15,7 @@ from ecrl.diffusion.noise import loss, sample
 from ecrl.diffusion.pixels import LatentWindows, track
 from ecrl.diffusion.train import train
 from ecrl.encoders import build_encoder, save_encoder
-from ecrl.encoders.rows import OBJECT_CENTRE, PROPRIO_DIM, TABLE_REACH, lift_to_table, with_proprioception
+from ecrl.encoders.rows import OBJECT_CENTRE, TABLE_REACH, lift_to_table
 from ecrl.envs.scene import project
 from ecrl.evaluation import evaluate
 
@@ -212,73 +212,25 @@ def test_a_planner_over_table_frame_keypoints_trains_lifts_and_acts(goal_image_d
         LatentWindows(data, slot, progress=False, table_height=OBJECT_CENTRE)
 
 
-def test_proprioception_adds_the_agents_token_from_its_state_row():
-    rows = torch.randn(2, 3, 4, 5)  # (B, T, M, D)
-    state = torch.zeros(2, 3, 3, 20)
-    state[..., 1, 1] = 1  # the agent is the second row here: found by its is_agent flag, not its place
-    state[..., 1, 3:5] = torch.tensor([0.1, -0.2])
-    state[..., 0, 3:5] = 0.3
-    out = with_proprioception(rows, state)
-    assert out.shape == (2, 3, 5, 5 + PROPRIO_DIM)
-    torch.testing.assert_close(out[..., :4, :5], rows)
-    assert torch.all(out[..., :4, 5:] == 0) and torch.all(out[..., 4, :5] == 0)
-    torch.testing.assert_close(out[..., 4, 5:], torch.tensor([1.0, 0.4, -0.8]).expand(2, 3, 3))
-    with pytest.raises(ValueError, match="no agent row"):
-        with_proprioception(rows, torch.zeros(2, 3, 3, 20))
-    with pytest.raises(ValueError, match="leading shape"):
-        with_proprioception(rows, state[:, :2])
-
-
-@pytest.mark.parametrize("goal_images", [False, True])
-def test_a_planner_with_proprioception_trains_and_reads_the_agent_row(goal_image_demos, tmp_path, goal_images):
-    data_path, encoder_path = goal_image_demos
-    data, encoder = DemoDataset(data_path), ecrl.encoders.load_encoder(encoder_path)
-    windows = LatentWindows(data, encoder, progress=False, goal_images=goal_images, proprioception=True)
-    batch = windows.sample_windows(4, 3, np.random.default_rng(0))
-    d = encoder.entity_dim
-    assert windows.width == d + PROPRIO_DIM
-    assert batch["observation"].shape == (4, 4, windows.rows.shape[1] + 1, d + PROPRIO_DIM)
-    agent = data.sample_windows(4, 3, np.random.default_rng(0))["observation"][:, :, 0, 3:5]
-    np.testing.assert_allclose(batch["observation"][:, :, -1, d + 1 :], agent * 4, rtol=1e-6)
-    if goal_images:
-        assert batch["desired_goal"].shape == (4, windows.rows.shape[1], d + PROPRIO_DIM)
-
-    result = train(
-        tiny_train_config(data_path, tmp_path, encoder=encoder_path, proprioception=True, goal_images=goal_images)
-    )
-    policy = ecrl.load(result.run_dir)
-    assert policy.meta["proprioception"] is True and policy.module.proprioception
-    env = gym.make("ecrl/Push-v0", n_objects=2, pixels=32, goal_pixels=goal_images)
-    obs, _ = env.reset(seed=0)
-    policy.reset()
-    assert policy.act(obs).shape == (2,)
-    with pytest.raises(ValueError, match="need 'observation'"):
-        policy.module({k: torch.as_tensor(v[None]) for k, v in obs.items() if k != "observation"})
-    with pytest.raises(ValueError, match="needs --encoder"):
-        tiny_train_config(data_path, tmp_path, proprioception=True)
-
-
 def test_a_planner_that_plans_positions_reads_the_rest_as_static_context(goal_image_demos, tmp_path):
     data_path, encoder_path = goal_image_demos
     encoder = ecrl.encoders.load_encoder(encoder_path)
     d = encoder.entity_dim
-    result = train(
-        tiny_train_config(data_path, tmp_path, encoder=encoder_path, plan_positions=True, proprioception=True)
-    )
+    result = train(tiny_train_config(data_path, tmp_path, encoder=encoder_path, plan_positions=True))
     policy = ecrl.load(result.run_dir)
     config = policy.module.planner.denoiser.config
-    assert config.planned == (0, 1, d + 1, d + 2) and config.dynamic_dim == 4 and config.static_dim == d + PROPRIO_DIM
+    assert config.planned == (0, 1) and config.dynamic_dim == 2 and config.static_dim == d
     assert policy.meta["planned"] == "positions"
     env = gym.make("ecrl/Push-v0", n_objects=2, pixels=32)
     obs, _ = env.reset(seed=0)
     policy.reset()
     assert policy.act(obs).shape == (2,)
-    rows = torch.randn(1, 5, d + PROPRIO_DIM)
+    rows = torch.randn(1, 5, d)
     plan = sample(
         policy.module.planner.denoiser, rows, torch.zeros(1, 2, 14), steps=2, mask=torch.ones(1, 5, dtype=torch.bool)
     )
-    assert plan.states.shape[-1] == 4
-    torch.testing.assert_close(plan.states[:, 0], rows[..., [0, 1, d + 1, d + 2]])
+    assert plan.states.shape[-1] == 2
+    torch.testing.assert_close(plan.states[:, 0], rows[..., :2])
     with pytest.raises(ValueError, match="planned must name distinct columns"):
         DenoiserConfig(entity_dim=4, planned=(0, 4))
     with pytest.raises(ValueError, match="needs --encoder"):
@@ -292,13 +244,12 @@ def test_a_planner_over_present_particles_masks_the_transparent_ones(goal_image_
     with torch.no_grad():
         raw = encoder.encode(ecrl.encoders.frames_to_images(torch.as_tensor(data.pixels)))[0].numpy()
     tau = float(np.median(raw[..., column]))  # about half the particles of these random-weight frames
-    windows = LatentWindows(data, encoder, progress=False, min_transparency=tau, proprioception=True)
+    windows = LatentWindows(data, encoder, progress=False, min_transparency=tau)
     transparency = windows.rows[..., column] * windows.std[column] + windows.mean[column]
     np.testing.assert_array_equal(windows.present, transparency > tau)
     assert 0 < windows.present.mean() < 1
     batch = windows.sample_windows(8, 3, np.random.default_rng(0))
-    np.testing.assert_array_equal(batch["mask"][:, :-1], windows.present[batch["state_index"][:, 0]])
-    assert batch["mask"][:, -1].all()  # the agent's token is always present
+    np.testing.assert_array_equal(batch["mask"], windows.present[batch["state_index"][:, 0]])
 
     result = train(tiny_train_config(data_path, tmp_path, encoder=encoder_path, min_transparency=tau))
     policy = ecrl.load(result.run_dir)

@@ -8,7 +8,7 @@ from test_training import tiny
 
 import ecrl
 from ecrl.encoders import build_encoder, save_encoder
-from ecrl.encoders.rows import ENTITIES_KEY, PROPRIO_DIM, EncodedObservation, FrameRows
+from ecrl.encoders.rows import ENTITIES_KEY, EncodedObservation, FrameRows
 from ecrl.evaluation import evaluate
 from ecrl.policies.nets import EntityNet, NetConfig
 from ecrl.policies.train import train
@@ -23,33 +23,26 @@ def encoder_path(tmp_path_factory):
     return save_encoder(encoder, tmp_path_factory.mktemp("pixpolicy") / "encoder", meta={"cameras": ["front", "top"]})
 
 
-def _front_end(proprioception: bool) -> FrameRows:
+def _front_end() -> FrameRows:
     torch.manual_seed(0)
     encoder = build_encoder("particles", **ENCODER)
     d = encoder.entity_dim
-    rows = FrameRows(
-        {"kind": "particles", "config": encoder.config_dict()}, [0.0] * d, [1.0] * d, proprioception=proprioception
-    )
+    rows = FrameRows({"kind": "particles", "config": encoder.config_dict()}, [0.0] * d, [1.0] * d)
     rows.encoder.load_state_dict(encoder.state_dict())
     return rows
 
 
-@pytest.mark.parametrize("proprioception", [False, True])
-def test_encoded_observations_carry_the_front_ends_rows(proprioception):
-    rows = _front_end(proprioception)
+def test_encoded_observations_carry_the_front_ends_rows():
+    rows = _front_end()
     env = EncodedObservation(gym.make("ecrl/Push-v0", n_objects=2, pixels=32), rows)
     raw = gym.make("ecrl/Push-v0", n_objects=2, pixels=32)
     obs, _ = env.reset(seed=3)
     frame, _ = raw.reset(seed=3)
     assert "pixels" not in obs and obs[ENTITIES_KEY].dtype == np.float32
-    assert env.observation_space[ENTITIES_KEY].shape == obs[ENTITIES_KEY].shape == (6 + proprioception, rows.width)
+    assert env.observation_space[ENTITIES_KEY].shape == obs[ENTITIES_KEY].shape == (6, rows.width)
     with torch.no_grad():
-        expected = rows.entity_rows({k: torch.as_tensor(frame[k][None]) for k in ("pixels", "observation")})[0]
+        expected = rows.entity_rows({"pixels": torch.as_tensor(frame["pixels"][None])})[0]
     np.testing.assert_allclose(obs[ENTITIES_KEY], expected.numpy(), rtol=1e-5, atol=1e-6)
-    if proprioception:
-        np.testing.assert_allclose(
-            obs[ENTITIES_KEY][-1, -PROPRIO_DIM:], [1.0, *(frame["observation"][0, 3:5] * 4)], rtol=1e-5
-        )
     np.testing.assert_array_equal(obs["observation"], frame["observation"])
     with pytest.raises(ValueError, match="pixels=P"):
         EncodedObservation(gym.make("ecrl/Push-v0", n_objects=2), rows)
@@ -71,14 +64,13 @@ def test_an_eit_trained_from_pixels_acts_from_frames(encoder_path, tmp_path):
         tmp_path,
         steps=200,
         encoder=encoder_path,
-        proprioception=True,
         demos=2,
         bc_steps=5,
         checkpoint_every=100,
     )
     result = train(config)
     policy = ecrl.load(result.run_dir)
-    assert policy.builder == "pixel_actor" and policy.module.proprioception
+    assert policy.builder == "pixel_actor"
     assert policy.meta["pixels"] == {"size": 32, "cameras": ["front", "top"]}
     env = gym.make("ecrl/Push-v0", n_objects=2, pixels=32)
     obs, _ = env.reset(seed=0)
@@ -90,9 +82,7 @@ def test_an_eit_trained_from_pixels_acts_from_frames(encoder_path, tmp_path):
     assert imitation.builder == "pixel_actor"
     report = evaluate(policy, [1], episodes=2, progress=False)  # the runner renders the frames the policy needs
     assert len(report.results[0].success) == 2
-    resumed = train(tiny(tmp_path, steps=300, encoder=encoder_path, proprioception=True), resume=result.run_dir)
+    resumed = train(tiny(tmp_path, steps=300, encoder=encoder_path), resume=result.run_dir)
     assert resumed.env_steps == 300
-    with pytest.raises(ValueError, match="needs --encoder"):
-        tiny(tmp_path, proprioception=True)
     with pytest.raises(ValueError, match="use --arch eit"):
         tiny(tmp_path, encoder=encoder_path, arch="mlp")
