@@ -36,10 +36,6 @@ class DiffusionTrainConfig(ComputeOptions):
     """Plan from pixels over table-frame keypoints (``--encoder``): each particle's image position is lifted
     to where its camera's ray meets the plane at an object's centre height (the cameras' calibration), the
     frame of the goal rows and of the other views' particles (:func:`ecrl.encoders.rows.lift_to_table`)."""
-    min_transparency: float | None = None
-    """Plan from pixels (``--encoder``) over the present particles only: a particle of at most this transparency
-    (the particle encoder's alpha; on push frames ≈ 0.95 on the pusher and objects, 0.1–0.3 on the table) is
-    masked out of the plan (:class:`ecrl.encoders.rows.FrameRows`). Default: every particle takes part."""
     plan_positions: bool = False
     """Plan from pixels (``--encoder``) over the particles' positions only: each row's keypoint position is
     its planned state, the rest of the row (scale, depth,
@@ -158,8 +154,6 @@ class DiffusionTrainConfig(ComputeOptions):
             problems.append("recolour is implemented for state planners (no --encoder)")
         if self.table_frame and self.encoder is None:
             problems.append("table_frame lifts an encoder's keypoints: it needs --encoder")
-        if self.min_transparency is not None and self.encoder is None:
-            problems.append("min_transparency masks an encoder's particles: it needs --encoder")
         if self.plan_positions and self.encoder is None:
             problems.append("plan_positions plans an encoder's keypoint positions: it needs --encoder")
         if self.goal_images and self.encoder is None:

@@ -20,9 +20,9 @@ conditioning, future rows and actions predicted jointly.
   same encoder and normalised the same way: ``V · K`` generic goal rows (``DenoiserConfig.goal_dim``)
   instead of the goal rows. ``meta["pixels"]`` then has ``"goal": true`` and the runner's envs
   observe ``goal_pixels`` too.
-- **Table-frame keypoints** (``table_height=h``, the particles' positions in the table's frame) and
-  **present particles only** (``min_transparency``) are options of the front end the planner shares
-  with the EIT from pixels, :class:`~ecrl.encoders.rows.FrameRows`.
+- **Table-frame keypoints** (``table_height=h``, the particles' positions in the table's frame) are an
+  option of the front end the planner shares with the EIT from pixels,
+  :class:`~ecrl.encoders.rows.FrameRows`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from ecrl.encoders.rows import (
     FrameRows,
     lift_to_table,
     position_columns,
-    transparency_column,
 )
 
 __all__ = ["LatentWindows", "PixelPlanner"]
@@ -95,8 +94,7 @@ class LatentWindows:
     With ``goal_images``, each episode's goal frames (``data.goal_pixels``) are encoded and normalised
     alike into :attr:`goal_rows`, and a window's ``desired_goal`` is its episode's. With
     ``table_height``, the rows' positions are lifted to the table's frame (:func:`lift_to_table`)
-    before they are normalised. With ``min_transparency``, a window's ``mask`` keeps the particles above it at the window's first step
-    (the frame a planner sees), as :meth:`~ecrl.encoders.rows.FrameRows.present` does.
+    before they are normalised.
 
     Attributes:
         rows: ``(S + E, V * K, D)`` normalised, tracked entity rows of every state.
@@ -114,7 +112,6 @@ class LatentWindows:
         progress: bool = True,
         goal_images: bool = False,
         table_height: float | None = None,
-        min_transparency: float | None = None,
     ) -> None:
         if data.pixels is None:
             raise DatasetError(
@@ -139,10 +136,6 @@ class LatentWindows:
         raw = lift(_encode_all(encoder, data.pixels, 256, device, progress))
         self.mean, self.std = raw.mean((0, 1)), raw.std((0, 1)) + 1e-6
         self.rows = track((raw - self.mean) / self.std, data.lengths, views).astype(np.float32)
-        self.present = np.ones(self.rows.shape[:2], bool)
-        if min_transparency is not None:
-            c = transparency_column(encoder)
-            self.present = self.rows[..., c] * self.std[c] + self.mean[c] > min_transparency
         self.goal_rows = None
         if goal_images:
             goal = lift(_encode_all(encoder, data.goal_pixels, 256, device, progress))
@@ -150,11 +143,10 @@ class LatentWindows:
 
     def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """As :meth:`DemoDataset.sample_windows`, with ``observation (B, H + 1, V * K, D)`` encoder rows and an
-        all-True ``mask`` (with goal images, also ``desired_goal (B, V * K, D)`` and an all-True ``goal_mask``).
-        With ``min_transparency`` the mask keeps the particles present at the window's first step."""
+        all-True ``mask`` (with goal images, also ``desired_goal (B, V * K, D)`` and an all-True ``goal_mask``)."""
         batch = self.data.sample_windows(batch_size, horizon, rng)
         batch["observation"] = self.rows[batch["state_index"]]
-        batch["mask"] = self.present[batch["state_index"][:, 0]]
+        batch["mask"] = np.ones((batch_size, self.rows.shape[1]), bool)
         if self.goal_rows is not None:
             episode = np.searchsorted(self.data.state_starts, batch["state_index"][:, 0], side="right") - 1
             batch["desired_goal"] = self.goal_rows[episode]
@@ -167,7 +159,7 @@ class PixelPlanner(FrameRows):
     """Observation dict with ``pixels (B, V, P, P, 3)`` uint8 → action ``(B, A)``, through a frozen encoder and a planner.
 
     Args:
-        encoder, mean, std, table_height, cameras, min_transparency: the front end
+        encoder, mean, std, table_height, cameras: the front end
             (:class:`~ecrl.encoders.rows.FrameRows`; the normalisation is :class:`LatentWindows`').
         planner: the keyword arguments of the :class:`DiffusionPlanner` (its denoiser has ``entity_dim``
             = the front end's row width).
@@ -184,9 +176,8 @@ class PixelPlanner(FrameRows):
         goal_images: bool = False,
         table_height: float | None = None,
         cameras: list[str] | None = None,
-        min_transparency: float | None = None,
     ) -> None:
-        super().__init__(encoder, mean, std, table_height, cameras, min_transparency)
+        super().__init__(encoder, mean, std, table_height, cameras)
         self.planner = DiffusionPlanner(**planner)
         self.goal_images = bool(goal_images)
         width = self.planner.denoiser.config.entity_dim
@@ -212,7 +203,8 @@ class PixelPlanner(FrameRows):
 
     @torch.no_grad()
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        rows, mask = self.encode(obs)
+        rows = self.entity_rows(obs)
+        mask = torch.ones(rows.shape[:2], dtype=torch.bool, device=rows.device)
         goal = obs["desired_goal"]
         if self.goal_images:
             if "goal_pixels" not in obs:

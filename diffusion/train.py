@@ -167,7 +167,6 @@ class _Trainer:
             windows.mean.tolist(),
             windows.std.tolist(),
             goal_images=self.config.goal_images,
-            min_transparency=self.config.min_transparency,
             **table,
         )
         module.encoder.load_state_dict(encoder.state_dict())
@@ -334,7 +333,6 @@ def _run_meta(config: DiffusionTrainConfig, demonstrations: int, task: dict[str,
             "goal_input": "images" if config.goal_images else "rows",
             **({"keypoints": "table"} if config.table_frame else {}),
             **({"planned": "positions"} if config.plan_positions else {}),
-            **({"min_transparency": config.min_transparency} if config.min_transparency is not None else {}),
         }
     return meta
 
@@ -373,7 +371,6 @@ def _train(run: Run, world: World, device: torch.device) -> DiffusionTrainResult
             progress=config.progress and main,
             goal_images=config.goal_images,
             table_height=OBJECT_CENTRE if config.table_frame else None,
-            min_transparency=config.min_transparency,
         )
         frames = {"size": int(dataset.pixel_meta["size"]), "cameras": list(dataset.cameras)}
         pixels = (encoder, source, frames | ({"goal": True} if config.goal_images else {}))

@@ -3,15 +3,10 @@
 :class:`FrameRows` is the front end that every model acting from pixels shares (the diffusion
 planner of :mod:`ecrl.diffusion.pixels`, the EIT of :mod:`ecrl.policies.actor`): ``obs["pixels"]``
 (frames of an env made with ``pixels=P``) → the frozen encoder's ``V · K`` entity rows → per-feature
-normalisation → optionally
-
-- **table-frame keypoints** (``table_height=h``): each particle's image position lifted to where its
-  camera's ray meets the plane ``z = h`` (:func:`lift_to_table`, the cameras' calibration of
-  :func:`ecrl.envs.scene.unproject`), the frame of the goal rows and of the other views' particles;
-- **present particles only** (``min_transparency=τ``): a particle whose transparency (its alpha, the
-  encoder's own measure of there being something) is at most ``τ`` is masked out
-  (:meth:`FrameRows.encode`). On push frames about 3 of a view's 12 particles sit on the pusher or an
-  object (transparency ≈ 0.95); the others lie on the table or the walls (≈ 0.1–0.3).
+normalisation → optionally **table-frame keypoints** (``table_height=h``): each particle's image position
+lifted to where its camera's ray meets the plane ``z = h`` (:func:`lift_to_table`, the cameras'
+calibration of :func:`ecrl.envs.scene.unproject`), the frame of the goal rows and of the other views'
+particles.
 
 :class:`EncodedObservation` puts those rows into an env's observations (key ``"entities"``), for the
 RL trainer, whose networks read observation dicts.
@@ -41,7 +36,6 @@ __all__ = [
     "frame_statistics",
     "lift_to_table",
     "position_columns",
-    "transparency_column",
 ]
 
 OBJECT_CENTRE = 0.025
@@ -56,23 +50,15 @@ ENTITIES_KEY = "entities"
 """The observation key :class:`EncodedObservation` adds: ``(M, W)`` rows of :meth:`FrameRows.entity_rows`."""
 
 
-def _field(encoder: EntityEncoder, name: str, why: str) -> slice:
-    fields = encoder.fields() if hasattr(encoder, "fields") else {}
-    if name not in fields:
-        raise ValueError(
-            f"{why}: the {encoder.kind!r} encoder's rows have no {name!r} field (use the particle encoder)"
-        )
-    return fields[name]
-
-
 def position_columns(encoder: EntityEncoder) -> slice:
     """The columns of an entity row that hold the keypoint's image position (an encoder with ``fields()``)."""
-    return _field(encoder, "position", "table-frame keypoints lift each entity's image position")
-
-
-def transparency_column(encoder: EntityEncoder) -> int:
-    """The column of an entity row that holds a particle's transparency (an encoder with ``fields()``)."""
-    return _field(encoder, "transparency", "min_transparency masks particles by their transparency").start
+    fields = encoder.fields() if hasattr(encoder, "fields") else {}
+    if "position" not in fields:
+        raise ValueError(
+            f"table-frame keypoints lift each entity's image position: the {encoder.kind!r} encoder's rows have no "
+            "'position' field (use the particle encoder)"
+        )
+    return fields["position"]
 
 
 def lift_to_table(entities: np.ndarray, cameras: list[str], columns: slice, height: float) -> np.ndarray:
@@ -96,7 +82,7 @@ def lift_to_table(entities: np.ndarray, cameras: list[str], columns: slice, heig
 
 
 class FrameRows(nn.Module):
-    """Camera frames → normalised entity rows (and which are present), through a frozen encoder.
+    """Camera frames → normalised entity rows, through a frozen encoder.
 
     Args:
         encoder: ``{"kind": …, "config": {…}}`` of the encoder (:func:`ecrl.encoders.build_encoder`); its
@@ -105,8 +91,6 @@ class FrameRows(nn.Module):
             (:func:`frame_statistics`, or a dataset's, :class:`ecrl.diffusion.pixels.LatentWindows`).
         table_height: lift the rows' positions to the table's frame at this height (:func:`lift_to_table`);
             ``cameras`` names the views, in the encoder's order. ``None``: image positions.
-        min_transparency: mask out particles of at most this transparency (:meth:`encode`); ``None``: every
-            entity is present.
 
     Attributes:
         width: the width of the rows, the encoder's ``D``.
@@ -119,7 +103,6 @@ class FrameRows(nn.Module):
         std: list[float],
         table_height: float | None = None,
         cameras: list[str] | None = None,
-        min_transparency: float | None = None,
     ) -> None:
         super().__init__()
         self.encoder = build_encoder(encoder["kind"], **encoder["config"]).eval().requires_grad_(False)
@@ -138,9 +121,6 @@ class FrameRows(nn.Module):
                     f"camera(s), got {self.cameras}"
                 )
         self.width = d
-        self.min_transparency = None if min_transparency is None else float(min_transparency)
-        if self.min_transparency is not None:
-            self.transparency = transparency_column(self.encoder)
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32))
 
@@ -152,7 +132,6 @@ class FrameRows(nn.Module):
             "mean": self.mean.tolist(),
             "std": self.std.tolist(),
             **({"table_height": self.table_height, "cameras": self.cameras} if self.table_height is not None else {}),
-            **({"min_transparency": self.min_transparency} if self.min_transparency is not None else {}),
         }
 
     def train(self, mode: bool = True) -> FrameRows:
@@ -170,29 +149,13 @@ class FrameRows(nn.Module):
             entities = torch.from_numpy(lifted).to(entities.device)
         return (entities - self.mean) / self.std
 
-    def present(self, rows: torch.Tensor) -> torch.Tensor:
-        """``(…, V * K)`` bool of normalised rows :meth:`rows`: the particles above ``min_transparency`` (all
-        True without it)."""
-        if self.min_transparency is None:
-            return rows.new_ones(rows.shape[:-1], dtype=torch.bool)
-        column = self.transparency
-        return rows[..., column] * self.std[column] + self.mean[column] > self.min_transparency
-
-    def encode(self, obs: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """An observation dict's rows ``(B, V * K, D)`` and mask ``(B, V * K)``: :meth:`rows` of ``obs["pixels"]``
-        and :meth:`present`."""
+    def entity_rows(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """An observation dict's rows ``(B, V * K, D)``: :meth:`rows` of ``obs["pixels"]``."""
         if "pixels" not in obs:
             raise ValueError(
                 "this model acts from camera frames: its observations need 'pixels' (make the env with pixels=P)"
             )
-        rows = self.rows(obs["pixels"])
-        return rows, self.present(rows)
-
-    def entity_rows(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """The rows of :meth:`encode`, for models that read every entity (``min_transparency`` must be unset)."""
-        if self.min_transparency is not None:
-            raise ValueError("this front end masks particles out (min_transparency): read encode()'s rows and mask")
-        return self.encode(obs)[0]
+        return self.rows(obs["pixels"])
 
 
 def frame_statistics(

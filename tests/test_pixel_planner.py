@@ -235,37 +235,3 @@ def test_a_planner_that_plans_positions_reads_the_rest_as_static_context(goal_im
         DenoiserConfig(entity_dim=4, planned=(0, 4))
     with pytest.raises(ValueError, match="needs --encoder"):
         tiny_train_config(data_path, tmp_path, plan_positions=True)
-
-
-def test_a_planner_over_present_particles_masks_the_transparent_ones(goal_image_demos, tmp_path):
-    data_path, encoder_path = goal_image_demos
-    data, encoder = DemoDataset(data_path), ecrl.encoders.load_encoder(encoder_path)
-    column = encoder.fields()["transparency"].start
-    with torch.no_grad():
-        raw = encoder.encode(ecrl.encoders.frames_to_images(torch.as_tensor(data.pixels)))[0].numpy()
-    tau = float(np.median(raw[..., column]))  # about half the particles of these random-weight frames
-    windows = LatentWindows(data, encoder, progress=False, min_transparency=tau)
-    transparency = windows.rows[..., column] * windows.std[column] + windows.mean[column]
-    np.testing.assert_array_equal(windows.present, transparency > tau)
-    assert 0 < windows.present.mean() < 1
-    batch = windows.sample_windows(8, 3, np.random.default_rng(0))
-    np.testing.assert_array_equal(batch["mask"], windows.present[batch["state_index"][:, 0]])
-
-    result = train(tiny_train_config(data_path, tmp_path, encoder=encoder_path, min_transparency=tau))
-    policy = ecrl.load(result.run_dir)
-    assert policy.module.min_transparency == tau and policy.meta["min_transparency"] == tau
-    env = gym.make("ecrl/Push-v0", n_objects=2, pixels=32)
-    obs, _ = env.reset(seed=0)
-    tensors = {k: torch.as_tensor(v[None]) for k, v in obs.items()}
-    rows, mask = policy.module.encode(tensors)
-    np.testing.assert_array_equal(
-        mask.numpy(), (rows[..., column] * policy.module.std[column] + policy.module.mean[column] > tau).numpy()
-    )
-    policy.reset()
-    assert policy.act(obs).shape == (2,)
-    with pytest.raises(ValueError, match="masks particles out"):
-        policy.module.entity_rows(tensors)
-    with pytest.raises(ValueError, match="needs --encoder"):
-        tiny_train_config(data_path, tmp_path, min_transparency=0.5)
-    with pytest.raises(ValueError, match="no 'transparency' field"):
-        LatentWindows(data, build_encoder("slot", views=2, image_size=32), progress=False, min_transparency=0.5)
