@@ -207,7 +207,7 @@ class DiffusionTrainConfig(ComputeOptions):
         """A fresh (untrained) planner of this run's kind and size (``entity_dim``, ``goal_dim``, ``planned``:
         generic rows, see :class:`DenoiserConfig`)."""
         if self.planner == "flat":
-            denoiser = replace(self.denoiser, entity_dim=entity_dim, goal_dim=goal_dim, planned=tuple(planned))
+            denoiser = replace(self.denoiser, entity_dim=entity_dim, goal_dim=goal_dim, planned=list(planned))
             return DiffusionPlanner(
                 denoiser, self.sampling_steps, self.replan_every, fixed_noise=self.fixed_noise, guidance=self.guidance
             )

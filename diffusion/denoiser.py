@@ -27,8 +27,8 @@ Goal rows (:data:`ecrl.entities.GOAL_FIELDS`) enter whole, with positions × 4 a
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +144,7 @@ def split_rows(observation: torch.Tensor, state: str = "planar") -> tuple[torch.
 
 
 def generic_rows(
-    observation: torch.Tensor, width: int, planned: tuple[int, ...] = ()
+    observation: torch.Tensor, width: int, planned: Sequence[int] = ()
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generic entity rows over a window: static context (the rows at step 0) and dynamic state (the ``planned``
     columns of every step; default: all of them).
@@ -239,10 +239,10 @@ class DenoiserConfig:
     entity_dim: int = 0
     state: str = "planar"
     goal_dim: int = 0
-    planned: tuple[int, ...] = ()
+    planned: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.planned = tuple(int(c) for c in self.planned)
+        self.planned = [int(c) for c in self.planned]  # a list: the kwargs a checkpoint's JSON gives back
         sizes = (self.width, self.heads, self.blocks, self.mlp_ratio, self.horizon, self.action_dim)
         if min(sizes) < 1 or self.diffusion_steps < 2:
             raise ValueError(f"invalid denoiser size {asdict(self)}")

@@ -42,7 +42,14 @@ def test_the_model_configs_default_to_the_training_recipe():
     assert DiffusionTrainConfig().denoiser == DenoiserConfig(
         width=32, heads=2, blocks=2, mlp_ratio=2, horizon=4, diffusion_steps=100
     )
-    assert asdict(TrainConfig().net) == {"arch": "eit", "width": 32, "heads": 1, "blocks": 1, "mlp_ratio": 2}
+    assert asdict(TrainConfig().net) == {
+        "arch": "eit",
+        "width": 32,
+        "heads": 1,
+        "blocks": 1,
+        "mlp_ratio": 2,
+        "entity_dim": 0,
+    }
 
 
 def test_the_rl_network_architecture_follows_arch_and_a_contradiction_is_an_error():

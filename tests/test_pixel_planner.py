@@ -219,7 +219,7 @@ def test_a_planner_that_plans_positions_reads_the_rest_as_static_context(goal_im
     result = train(tiny_train_config(data_path, tmp_path, encoder=encoder_path, plan_positions=True))
     policy = ecrl.load(result.run_dir)
     config = policy.module.planner.denoiser.config
-    assert config.planned == (0, 1) and config.dynamic_dim == 2 and config.static_dim == d
+    assert config.planned == [0, 1] and config.dynamic_dim == 2 and config.static_dim == d
     assert policy.meta["planned"] == "positions"
     env = gym.make("ecrl/Push-v0", n_objects=2, pixels=32)
     obs, _ = env.reset(seed=0)

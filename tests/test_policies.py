@@ -198,7 +198,7 @@ def test_net_config_is_validated():
 def test_entity_policies_need_a_goal_dict_observation_space():
     action_space = spaces.Box(-1, 1, (2,))
     flat = spaces.Box(-np.inf, np.inf, (10,))
-    with pytest.raises(ValueError, match="Dict observation space with 'observation' and 'desired_goal'"):
+    with pytest.raises(ValueError, match=r"Dict observation space with \['desired_goal', 'observation'\]"):
         EntitySACPolicy(flat, action_space, lambda _: 1e-3)
     with pytest.raises(ValueError, match="desired_goal"):
         EntitySACPolicy(spaces.Dict({"observation": flat}), action_space, lambda _: 1e-3)
