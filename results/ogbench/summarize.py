@@ -1,9 +1,11 @@
-"""Gather the OGBench cube evaluations of this folder into one table, JSON and plot beside the published baselines.
+"""Gather the OGBench cube evaluations of this folder into tables, JSON and a plot beside the published baselines.
 
-Every ``<model>/eval_n<N>/eval.json`` here is one ``ecrl-eval`` run of a planner trained on cube-double
-play data, on OGBench's five evaluation tasks with N cubes (``--objects N``). This prints the markdown
-tables of the README (overall success per model and N; per task) and writes ``summary.json`` and
-``success_vs_cubes.png`` beside this script.
+Every ``<model>/[<variant>/]eval_n<N>/eval.json`` here is one ``ecrl-eval`` run of a planner trained on
+cube-double play data, on OGBench's five evaluation tasks with N cubes (``--objects N``). ``<model>/eval_n<N>``
+is the headline (the policy as saved); a ``<variant>`` folder holds the same weights evaluated otherwise
+(e.g. ``replan1/``: re-planning every step, ``seeds200000/``: fresh evaluation seeds). This prints the
+markdown tables of the README (overall success per model and N; per task; over training seeds, per
+variant) and writes ``summary.json`` and ``success_vs_cubes.png`` (headline and ``replan1``) beside this script.
 
     python results/ogbench/summarize.py
 """
@@ -14,6 +16,7 @@ import json
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -35,11 +38,12 @@ TARGETS = {2: 40, 3: 20, 4: 5}
 
 
 def load() -> dict:
-    """``{model: {N: {"overall": …, "tasks": [...], "policy_steps": …}}}`` from every ``eval.json`` here."""
+    """``{variant: {model: {N: {"overall": …, "tasks": [...], "gradient_steps": …}}}}`` from every ``eval.json``
+    here; the headline's variant is ``""``."""
     summary: dict = {}
-    for path in sorted(HERE.glob("*/eval_n*/eval.json")):
+    for path in sorted(HERE.glob("*/**/eval_n*/eval.json")):
         report = json.loads(path.read_text())
-        model = path.parent.parent.name
+        model, *variant = path.parent.relative_to(HERE).parts[:-1]
         for overall in report.get("overall", []):
             n = overall["n_objects"]
             tasks = [
@@ -48,7 +52,8 @@ def load() -> dict:
                 if r["n_objects"] == n
             ]
             steps = report["policy"].get("steps")
-            summary.setdefault(model, {})[n] = {"overall": overall, "tasks": tasks, "gradient_steps": steps}
+            entry = {"overall": overall, "tasks": tasks, "gradient_steps": steps}
+            summary.setdefault("/".join(variant), {}).setdefault(model, {})[n] = entry
     return summary
 
 
@@ -138,24 +143,44 @@ def seed_table(by_recipe: dict) -> str:
     return markdown_table(header, rows) if rows else ""
 
 
-def plot(summary: dict, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6, 4))
+def task_table(models: dict) -> str:
+    """Per N and task, the successes of every training seed (``model``, ``model_s1``, …) in one cell."""
+    rows = []
+    for n in SIZES:
+        evaluated = [by_n[n] for by_n in models.values() if n in by_n]
+        if len(evaluated) < 2:
+            continue
+        cells = []
+        for tasks in zip(*(e["tasks"] for e in evaluated), strict=True):
+            name = tasks[0]["task_name"].split("_", 1)[1]
+            cells.append(f"{name} " + ", ".join(str(t["successes"]) for t in tasks))
+        rows.append([n, *cells])
+    return markdown_table(["N", "task 1", "task 2", "task 3", "task 4", "task 5"], rows) if rows else ""
+
+
+def plot(headline: dict, replan1: dict, path: Path) -> None:
+    """Success vs cubes: each training seed (thin) and their mean (thick), re-planning every 4 steps (the policies
+    as saved) and every step (``replan1/``), beside the published baselines."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for method, by_n in PUBLISHED.items():
         ns = sorted(by_n)
         ax.plot(ns, [by_n[n] for n in ns], color="grey", alpha=0.5, marker=".", lw=1)
         ax.annotate(method, (ns[0], by_n[ns[0]]), fontsize=7, color="grey", xytext=(-28, 0), textcoords="offset points")
-    for model, by_n in summary.items():
-        ns = sorted(by_n)
-        rates = [100 * by_n[n]["overall"]["success_rate"] for n in ns]
-        lo = [100 * by_n[n]["overall"]["success_ci95"][0] for n in ns]
-        hi = [100 * by_n[n]["overall"]["success_ci95"][1] for n in ns]
-        ax.errorbar(
-            ns,
-            rates,
-            yerr=[[r - a for r, a in zip(rates, lo, strict=True)], [b - r for r, b in zip(rates, hi, strict=True)]],
-            marker="o",
-            capsize=3,
-            label=model,
+    for models, colour, label in (
+        (headline, "tab:blue", "re-plan every 4 steps"),
+        (replan1, "tab:orange", "re-planning every step"),
+    ):
+        for by_n in models.values():
+            ns = sorted(by_n)
+            ax.plot(
+                ns, [100 * by_n[n]["overall"]["success_rate"] for n in ns], color=colour, alpha=0.35, lw=1, marker="."
+            )
+        ns = [n for n in SIZES if sum(n in by_n for by_n in models.values()) > 1]
+        means = [
+            100 * np.mean([by_n[n]["overall"]["success_rate"] for by_n in models.values() if n in by_n]) for n in ns
+        ]
+        ax.plot(
+            ns, means, color=colour, lw=2.5, marker="o", label=f"this planner, {label} (mean of {len(models)} seeds)"
         )
     ax.scatter(list(TARGETS), list(TARGETS.values()), marker="_", s=300, color="red", label="issue targets")
     ax.axvspan(1.7, 2.3, color="tab:blue", alpha=0.08, label="training size")
@@ -172,12 +197,16 @@ def plot(summary: dict, path: Path) -> None:
 
 def main() -> None:
     summary = load()
-    by_recipe = seeds(summary)
-    (HERE / "summary.json").write_text(json.dumps(summary | {"over_seeds": by_recipe}, indent=1) + "\n")
-    plot(summary, HERE / "success_vs_cubes.png")
-    print(tables(summary))
-    if by_recipe:
-        print("Over training seeds:\n\n" + seed_table(by_recipe))
+    by_recipe = {variant: seeds(models) for variant, models in summary.items()}
+    (HERE / "summary.json").write_text(json.dumps({"evaluations": summary, "over_seeds": by_recipe}, indent=1) + "\n")
+    plot(summary[""], summary.get("replan1", {}), HERE / "success_vs_cubes.png")
+    print(tables(summary[""]))
+    for variant in sorted(by_recipe):
+        if by_recipe[variant]:
+            print(f"Over training seeds, {variant or 'headline'}:\n\n" + seed_table(by_recipe[variant]) + "\n")
+            print(
+                f"Successes of 50 per task and seed, {variant or 'headline'}:\n\n" + task_table(summary[variant]) + "\n"
+            )
 
 
 if __name__ == "__main__":
