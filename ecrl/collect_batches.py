@@ -157,8 +157,7 @@ class _Collecting:
     """The acting policy as a collection runs it: ``float32`` actions, each replaced by a uniformly random
     one with probability ``random_actions`` (drawn from a generator seeded by the batch's episode
     seeds, so a collection stays deterministic); ``random: (B,) bool`` flags the random steps (these,
-    and the scripted expert's own steps out of a stall); ``holding: (B,) bool`` the expert's steps that
-    only hold a placed object still (see :class:`_EpisodeRecorder`)."""
+    and the scripted expert's own steps out of a stall)."""
 
     def __init__(self, policy: BatchPolicy, random_actions: float = 0.0) -> None:
         self.policy, self.random_actions = policy, random_actions
@@ -173,12 +172,11 @@ class _Collecting:
         actions = self.policy.act(obs, active=active) if self._takes_active else self.policy.act(obs)
         actions = np.asarray(actions, dtype=np.float32)
         random = np.asarray(getattr(self.policy, "random", np.zeros(len(active), bool)))
-        holding = np.asarray(getattr(self.policy, "holding", np.zeros(len(active), bool)))
         if self.random_actions > 0:
             swap = self.rng.random(len(active)) < self.random_actions
             actions = np.where(swap[:, None], self.rng.uniform(-1, 1, actions.shape), actions).astype(np.float32)
-            random, holding = random | swap, holding & ~swap
-        self.random, self.holding = random, holding
+            random = random | swap
+        self.random = random
         return actions
 
 
@@ -190,9 +188,8 @@ def _frames(env: Any, cameras: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
 
 class _EpisodeRecorder(Recorder):
     """Every state, step and (with ``cameras``) frame of one episode per env; an episode is cut after
-    ``idle_steps`` idle steps (once every object is placed, a zero action, the scripted expert's
-    "nothing to do", or the Fetch expert holding its in-air object still at its target, which it
-    would do to the horizon; the idle steps before the cut stay in the data, they show how to stop)."""
+    ``idle_steps`` idle steps (zero action once every object is placed: the scripted expert's
+    "nothing to do"; the idle steps before the cut stay in the data, they show how to stop)."""
 
     def __init__(
         self, envs: Sequence[gym.Env], policy: _Collecting, idle_steps: int | None, cameras, goal_frames: bool = False
@@ -213,8 +210,7 @@ class _EpisodeRecorder(Recorder):
             self.goal_frames[i] = np.stack([views[c] for c in self.cameras])
 
     def cut(self, i, obs, action) -> bool:
-        still = not action.any() or bool(self.policy.holding[i])
-        self.idle[i] = self.idle[i] + 1 if self.solved[i] and still else 0
+        self.idle[i] = self.idle[i] + 1 if self.solved[i] and not action.any() else 0
         return self.idle_steps is not None and self.idle[i] > self.idle_steps
 
     def step(self, s: Step) -> None:

@@ -88,8 +88,7 @@ before the collection; a killed parallel collection is finished by the same coll
 
 Everything loads with ``np.load(..., allow_pickle=False)``. Once every object is placed the
 scripted expert idles; an episode keeps at most ``idle_steps`` idle steps (zero action in a solved
-state, or the Fetch expert holding a placed in-air object still: enough to show how to stop, not so
-many that idling swamps the data) and ends there.
+state: enough to show how to stop, not so many that zeros swamp the data) and ends there.
 Shards are written once and never changed: appending adds shards, and ``meta.json`` is replaced
 (atomically) after every shard, so an interrupted collection leaves a readable dataset.
 """

@@ -198,9 +198,6 @@ class ExpertPolicy:
         self.seeds = None if seeds is None else [int(s) for s in seeds]
         self.experts: list[ScriptedExpert | FetchExpert] = []
         self.random = np.zeros(0, bool)
-        """Per env, whether the last action was a random step out of a stall."""
-        self.holding = np.zeros(0, bool)
-        """Per env, whether the last action only held a placed object still (an in-air target, to the end)."""
 
     def __repr__(self) -> str:
         extra = "" if self.embodiment == "pusher" else f", embodiment={self.embodiment!r}"
@@ -227,8 +224,7 @@ class ExpertPolicy:
         if b != len(self.experts):
             raise ValueError(f"{len(self.experts)} envs were reset, got {b} observations")
         actions, self.random = np.zeros((b, self.action_dim), np.float32), np.zeros(b, bool)
-        self.holding = np.zeros(b, bool)
         for i in range(b) if active is None else np.flatnonzero(active):
             actions[i] = self.experts[i].act({k: v[i] for k, v in obs.items()})
-            self.random[i], self.holding[i] = self.experts[i].last_random, self.experts[i].last_holding
+            self.random[i] = self.experts[i].last_random
         return actions

@@ -49,7 +49,6 @@ class ObjectByObjectExpert:
         self._t, self._wander = 0, 0
         self._aside_until: dict[int, int] = {}
         self.last_random = False  # whether the last action was a random step out of a stall
-        self.last_holding = False  # whether the last action only held an object still at its target
         self._switch(None)
 
     @property

@@ -45,7 +45,7 @@ class FetchExpert(ObjectByObjectExpert):
     # ------------------------------------------------------------------ choice of object
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """Action ``(4,) float32`` in ``[-1, 1]`` for one observation."""
-        self.last_random, self.last_holding = False, False
+        self.last_random = False
         rows = obs["observation"]
         if rows.ndim != 2:
             raise ValueError(f"act takes one observation, got observation of shape {rows.shape}")
@@ -86,10 +86,7 @@ class FetchExpert(ObjectByObjectExpert):
             return np.concatenate([self._rng.uniform(-1, 1, 3), [1.0]]).astype(np.float32)
         if spec.skill == "push":
             return self._push(grip, i, target[:2], pos, sizes)
-        action = self._pick_place(grip, opening, i, target, pos, sizes, rows[objects])
-        # An in-air target is served last and held to the end: once its object is there, holding is idling.
-        self.last_holding = self._air and self._phase == "carry" and remaining <= aim_distance
-        return action
+        return self._pick_place(grip, opening, i, target, pos, sizes, rows[objects])
 
     def _where(self, targets: np.ndarray) -> np.ndarray:
         """Where the current object goes: its target, or a spot off a target it filled out of turn."""

@@ -9,7 +9,6 @@ import pytest
 
 from ecrl.collect import CollectConfig, collect_dataset
 from ecrl.datasets import DemoDataset
-from ecrl.envs.layout import GOAL_FIELDS
 from ecrl.evaluation import ExpertPolicy, evaluate
 
 
@@ -65,20 +64,6 @@ def test_collected_fetch_demonstrations_are_the_experts_episodes(fetch_data):
         obs, *_ = env.step(episode.action[t])
     np.testing.assert_allclose(obs["observation"], episode.observation[5], atol=1e-5)
     env.close()
-
-
-def test_in_air_demonstrations_end_after_the_allowed_holding_tail(tmp_path):
-    # The expert holds an in-air object at its target to the horizon; holding it there is idling, so the
-    # episode is cut like a resting one instead of filling the data with ~100 steps of holding.
-    config = CollectConfig(env="fetch", skill="pick_place", n_objects=(1,), episodes=3, batch_size=3, progress=False)
-    data = DemoDataset(collect_dataset(tmp_path / "d", config).path)
-    z = GOAL_FIELDS["position"].start + 2
-    in_air = [ep for ep in data if ep.desired_goal[0, z] > 0.1]
-    assert in_air  # seeds 0 and 2 put the target 34 and 38 cm above the table
-    for ep in in_air:
-        assert len(ep) < 100 < ep.task.max_steps  # the expert lifts it there in 40-50 steps
-        tail = ep.action[-10:]  # fingers closed on it, small corrections that settle
-        assert ep.is_success[-10:].all() and (tail[:, 3] == -1).all() and np.abs(tail[-3:, :3]).max() < 0.05
 
 
 def test_evaluate_runs_the_fetch_skills_with_their_ids_horizons_and_checks():
