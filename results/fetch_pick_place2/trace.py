@@ -3,7 +3,7 @@
 For each episode (seeds ``--seed`` ...), over every object (no focus, no selection), this script
 rolls the policy out to the task's horizon and classifies each target that is not filled at the end:
 
-- ``never_lifted``: the object matched to it at the end never rose 2 cm above its resting height;
+- ``never_lifted``: the object nearest to it at the end never rose 2 cm above its resting height;
 - ``never_reached``: it was lifted, but never came within the success radius of the target;
 - ``lost``: it was within the radius at some step and is not at the end;
 - and for each such target the final distance, so that near misses (within 1.5 radii) show.
@@ -86,7 +86,7 @@ def main() -> None:
     policy = with_policy_options(ecrl.load(args.policy), args.options)
     episodes = [trace(policy, args.objects, args.seed + k, args.skill) for k in range(args.episodes)]
     kinds = Counter(k for e in episodes for k in e["kinds"])
-    radius = 0.04
+    radius = gym.make(FETCH_SKILL_IDS[args.skill], n_objects=args.objects).unwrapped.distance_threshold
     near = sum(
         1
         for e in episodes
