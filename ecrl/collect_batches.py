@@ -87,6 +87,10 @@ class CollectConfig:
     """With ``--pixels``: also record, per episode, frames of its goal configuration from the same cameras (every object at its target, no pusher; push, ``positions`` goals)."""
     random_actions: float = 0.0
     """Probability that a step's action is replaced by a uniformly random one (1: random rollouts)."""
+    action_noise: float = 0.0
+    """Standard deviation of Gaussian noise added to every non-zero action before it is executed (clipped to
+    the action box); the dataset records the policy's own action. The scripted expert, acting from the
+    states the noise leads to, then demonstrates how to recover from small errors (as in DART)."""
     env: Literal["push", "fetch", "ogbench-cube"] = "push"
     """Environment: the library's push env, the Fetch arm (``skill``; 1 … 8 objects), or OGBench's cubes (``n_objects`` in 1, 2, 3, 4, 8; extra ``ecrl[ogbench]``)."""
     skill: str | None = None
@@ -118,6 +122,8 @@ class CollectConfig:
             )
         if not 0.0 <= self.random_actions <= 1.0:
             raise ValueError(f"random_actions must be a probability in [0, 1], got {self.random_actions}")
+        if not 0.0 <= self.action_noise <= 1.0:
+            raise ValueError(f"action_noise must be a standard deviation in [0, 1], got {self.action_noise}")
         if self.env not in ENVS:
             raise ValueError(f"unknown env {self.env!r}: expected one of {list(ENVS)}")
         self.skill = resolve_skill(self.env, self.skill)
@@ -157,10 +163,11 @@ class _Collecting:
     """The acting policy as a collection runs it: ``float32`` actions, each replaced by a uniformly random
     one with probability ``random_actions`` (drawn from a generator seeded by the batch's episode
     seeds, so a collection stays deterministic); ``random: (B,) bool`` flags the random steps (these,
-    and the scripted expert's own steps out of a stall)."""
+    and the scripted expert's own steps out of a stall). ``recorded`` holds the actions the dataset
+    keeps: those returned, unless ``action_noise`` perturbed the non-zero ones before execution."""
 
-    def __init__(self, policy: BatchPolicy, random_actions: float = 0.0) -> None:
-        self.policy, self.random_actions = policy, random_actions
+    def __init__(self, policy: BatchPolicy, random_actions: float = 0.0, action_noise: float = 0.0) -> None:
+        self.policy, self.random_actions, self.action_noise = policy, random_actions, action_noise
         self._takes_active = "active" in inspect.signature(policy.act).parameters
 
     def reset(self, envs: Sequence[gym.Env], seeds: Sequence[int]) -> None:
@@ -176,7 +183,10 @@ class _Collecting:
             swap = self.rng.random(len(active)) < self.random_actions
             actions = np.where(swap[:, None], self.rng.uniform(-1, 1, actions.shape), actions).astype(np.float32)
             random = random | swap
-        self.random = random
+        self.random, self.recorded = random, actions
+        if self.action_noise > 0:
+            noisy = np.clip(actions + self.rng.normal(0.0, self.action_noise, actions.shape), -1, 1)
+            actions = np.where(actions.any(axis=1, keepdims=True), noisy, actions).astype(np.float32)
         return actions
 
 
@@ -210,6 +220,7 @@ class _EpisodeRecorder(Recorder):
             self.goal_frames[i] = np.stack([views[c] for c in self.cameras])
 
     def cut(self, i, obs, action) -> bool:
+        action = self.policy.recorded[i]
         self.idle[i] = self.idle[i] + 1 if self.solved[i] and not action.any() else 0
         return self.idle_steps is not None and self.idle[i] > self.idle_steps
 
@@ -219,7 +230,7 @@ class _EpisodeRecorder(Recorder):
         self.states[i].append(s.next_obs)
         if self.cameras:
             self.frames[i].append(_frames(self.envs[i].unwrapped, self.cameras))
-        self.steps[i].append((s.action, s.reward, s.info["is_success"], self.policy.random[i]))
+        self.steps[i].append((self.policy.recorded[i], s.reward, s.info["is_success"], self.policy.random[i]))
 
     def episodes(self) -> list[Episode]:
         goals = self.goal_frames or [None] * len(self.envs)
@@ -333,7 +344,7 @@ def acting_policy(config: CollectConfig, policy: BatchPolicy | None) -> _Collect
     pusher's, or the Fetch arm's)."""
     if policy is None:
         policy = ogb.CubePlayOracle() if config.play else ExpertPolicy(embodiment=embodiment_of(config.env))
-    return _Collecting(policy, config.random_actions)
+    return _Collecting(policy, config.random_actions, config.action_noise)
 
 
 def progress_bar(config: CollectConfig, episodes: int) -> tqdm:

@@ -68,6 +68,9 @@ episode, frames of the goal from the same cameras (``PushEnv.render_goal_views``
 gains ``"goal": true``. ``--random-actions p`` replaces each action,
 with probability ``p``, by a uniformly random one (flagged in ``expert_random``): ``p = 1`` gives
 random rollouts, whose frames show the objects in places an expert would not push them to.
+``--action-noise s`` adds Gaussian noise (standard deviation ``s``) to every non-zero action before it
+is executed and records the policy's own action: the stored states follow the noisy actions, the
+stored actions are the expert's answers to those states.
 
 *OGBench cube datasets* (``ecrl-collect --env ogbench-cube``, see :mod:`ecrl.envs.ogbench`) have
 5-D actions and play episodes: play has no goal of its own, so an episode's ``desired_goal`` is its

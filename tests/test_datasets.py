@@ -151,6 +151,38 @@ def test_expert_random_steps_are_flagged_not_dropped(tmp_path, monkeypatch):
     assert ep.expert_random.tolist() == expected and any(expected)
 
 
+class ConstantPolicy:
+    """A batch policy that always pushes right at half speed."""
+
+    def act(self, obs):
+        return np.tile(np.float32([0.5, 0.0]), (len(obs["observation"]), 1))
+
+
+def test_action_noise_perturbs_execution_and_records_the_policy_action(tmp_path):
+    clean = DemoDataset(collect_dataset(tmp_path / "c", config(only_success=False), ConstantPolicy()).path)
+    noisy_config = config(only_success=False, action_noise=0.2)
+    noisy = DemoDataset(collect_dataset(tmp_path / "n", noisy_config, ConstantPolicy()).path)
+    np.testing.assert_array_equal(noisy.action, np.tile([0.5, 0.0], (noisy.num_steps, 1)))  # the policy's action
+    assert noisy.num_steps == clean.num_steps and not noisy.expert_random.any()
+    agent = noisy.observation[:, 0, F["position"]]
+    assert not np.allclose(agent, clean.observation[:, 0, F["position"]])  # but the noisy one was executed
+    again = DemoDataset(collect_dataset(tmp_path / "again", noisy_config, ConstantPolicy()).path)
+    np.testing.assert_array_equal(again.observation, noisy.observation)  # seeded by the episodes' seeds
+
+
+def test_action_noise_keeps_the_experts_idle_tail(tmp_path):
+    data = DemoDataset(collect_dataset(tmp_path / "d", config(episodes=2, action_noise=0.05)).path)
+    assert len(data) > 0
+    for ep in data:  # idle steps are zero actions, not noise: the episode is still cut after 10 of them
+        assert len(ep) - 1 - np.flatnonzero(ep.action.any(-1))[-1] == 10
+
+
+@pytest.mark.parametrize("noise", [-0.1, 1.5])
+def test_action_noise_out_of_range_is_refused(noise):
+    with pytest.raises(ValueError, match=rf"action_noise must be a standard deviation in \[0, 1\], got {noise}"):
+        config(action_noise=noise)
+
+
 # ---------------------------------------------------------------------------------------------- windows
 
 
