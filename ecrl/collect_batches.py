@@ -220,8 +220,8 @@ class _EpisodeRecorder(Recorder):
             self.goal_frames[i] = np.stack([views[c] for c in self.cameras])
 
     def cut(self, i, obs, action) -> bool:
-        action = self.policy.recorded[i]
-        self.idle[i] = self.idle[i] + 1 if self.solved[i] and not action.any() else 0
+        idle = self.solved[i] and not self.policy.recorded[i].any()  # the policy's action, not the executed noisy one
+        self.idle[i] = self.idle[i] + 1 if idle else 0
         return self.idle_steps is not None and self.idle[i] > self.idle_steps
 
     def step(self, s: Step) -> None:

@@ -170,10 +170,14 @@ def test_action_noise_perturbs_execution_and_records_the_policy_action(tmp_path)
     np.testing.assert_array_equal(again.observation, noisy.observation)  # seeded by the episodes' seeds
 
 
-def test_action_noise_keeps_the_experts_idle_tail(tmp_path):
+def test_action_noise_leaves_zero_actions_and_the_experts_idle_tail_alone(tmp_path):
+    still = dict(episodes=1, only_success=False)
+    clean = DemoDataset(collect_dataset(tmp_path / "z", config(**still), ZeroPolicy()).path)
+    noisy = DemoDataset(collect_dataset(tmp_path / "zn", config(**still, action_noise=0.5), ZeroPolicy()).path)
+    np.testing.assert_array_equal(noisy.observation, clean.observation)  # a zero action is executed as it is
     data = DemoDataset(collect_dataset(tmp_path / "d", config(episodes=2, action_noise=0.05)).path)
     assert len(data) > 0
-    for ep in data:  # idle steps are zero actions, not noise: the episode is still cut after 10 of them
+    for ep in data:  # so the expert's idle steps stay zero and the episode is still cut after 10 of them
         assert len(ep) - 1 - np.flatnonzero(ep.action.any(-1))[-1] == 10
 
 
