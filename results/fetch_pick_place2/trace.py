@@ -12,6 +12,8 @@ Usage::
 
     python results/fetch_pick_place2/trace.py <policy> --objects 2 --episodes 50 --options guidance=1.0 \
         --out results/fetch_pick_place2/<run>/trace_n2.json
+    python results/fetch_pick_place2/trace.py <policy> --skill stack --split skill_shape --part train --objects 3 \
+        --episodes 50 --out results/fetch_skill_shape/<run>/trace_stack3.json
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from ecrl.scripts.eval import with_policy_options
 _POS, _SIZE, _GPOS = ENTITY_FIELDS["position"], ENTITY_FIELDS["size"], GOAL_FIELDS["position"]
 
 
-def trace(policy, n: int, seed: int, skill: str) -> dict:
-    env = gym.make(FETCH_SKILL_IDS[skill], n_objects=n)
+def trace(policy, n: int, seed: int, skill: str, split: str | None = None, part: str = "train") -> dict:
+    env = gym.make(FETCH_SKILL_IDS[skill], n_objects=n, split=split, part=part)
     obs, _ = env.reset(seed=seed)
     base, horizon = env.unwrapped, episode_horizon(env)
     policy.reset()
@@ -80,11 +82,15 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=50)
     ap.add_argument("--seed", type=int, default=100_000)
     ap.add_argument("--skill", default="pick_place")
+    ap.add_argument("--split", default=None, help="a Fetch split preset (e.g. skill_shape); default: random objects")
+    ap.add_argument("--part", default="train", choices=("train", "test"))
     ap.add_argument("--options", nargs="*", default=[], help="policy options, key=value")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     policy = with_policy_options(ecrl.load(args.policy), args.options)
-    episodes = [trace(policy, args.objects, args.seed + k, args.skill) for k in range(args.episodes)]
+    episodes = [
+        trace(policy, args.objects, args.seed + k, args.skill, args.split, args.part) for k in range(args.episodes)
+    ]
     kinds = Counter(k for e in episodes for k in e["kinds"])
     radius = gym.make(FETCH_SKILL_IDS[args.skill], n_objects=args.objects).unwrapped.distance_threshold
     near = sum(
@@ -96,6 +102,9 @@ def main() -> None:
     summary = {
         "policy": args.policy,
         "objects": args.objects,
+        "skill": args.skill,
+        "split": args.split,
+        "part": args.part,
         "episodes": args.episodes,
         "successes": sum(e["success"] for e in episodes),
         "targets": dict(kinds),
