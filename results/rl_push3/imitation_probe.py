@@ -28,6 +28,8 @@ import time
 import gymnasium as gym
 import numpy as np
 import torch
+from markov_expert import use_markov_expert  # this folder's (the script's folder is on sys.path)
+from safetensors.torch import save_file
 from torch import nn
 
 import ecrl.envs  # noqa: F401  (registers ecrl/Push-v0)
@@ -52,11 +54,24 @@ parser.add_argument("--bc", type=int, default=20000, help="behaviour-cloning ste
 parser.add_argument("--dagger", type=int, default=2, help="DAgger rounds")
 parser.add_argument("--dagger-eps", type=int, default=50)
 parser.add_argument("--dagger-steps", type=int, default=4000)
+parser.add_argument("--eval-every", type=int, default=0, help="log success at N = 3 every this many cloning steps")
+parser.add_argument("--cosine", action="store_true", help="cosine learning-rate decay over the cloning steps")
 parser.add_argument("--bins", type=int, default=11)
 parser.add_argument("--batch", type=int, default=256)
+parser.add_argument(
+    "--expert",
+    choices=("stateful", "markov"),
+    default="stateful",
+    help="stateful: the library's push expert (keeps its object until placed, steps out of stalls); "
+    "markov: the same expert forgetting its state before every action, so its action is a function of the observation",
+)
+parser.add_argument("--save", help="write the network's weights here (safetensors)")
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 torch.set_num_threads(1)
+
+if args.expert == "markov":
+    use_markov_expert()  # demos, DAgger labels and the fit check all use it
 torch.manual_seed(0)
 K = args.bins
 grid = torch.linspace(-1, 1, K)
@@ -148,17 +163,30 @@ actor = _Actor(Acting())
 rng = np.random.default_rng(0)
 
 
-def clone(demos, steps: int) -> float:
+def clone(demos, steps: int, every: int = 0, cosine: bool = False) -> float:
+    """``steps`` cloning steps; every ``every`` steps log the loss and success at N = 3; optionally a cosine learning rate."""
     net.train()
     losses = []
-    for _ in range(steps):
+    for step in range(1, steps + 1):
+        if cosine:
+            for group in optimizer.param_groups:
+                group["lr"] = 3e-4 * 0.5 * (1 + np.cos(np.pi * step / steps))
         obs, target = demos.batch(rng.integers(len(demos), size=args.batch), "cpu")
         value = loss(obs, target)
         optimizer.zero_grad()
         value.backward()
         optimizer.step()
         losses.append(value.item())
+        if every and step % every == 0 and step < steps:
+            net.eval()
+            log.append(dict(round=0, step=step, loss=float(np.mean(losses[-200:])), success_3=success(3)))
+            log[-1]["wall_s"] = time.time() - start
+            print(log[-1], flush=True)
+            net.train()
     net.eval()
+    if cosine:
+        for group in optimizer.param_groups:
+            group["lr"] = 3e-4
     return float(np.mean(losses[-200:]))
 
 
@@ -171,8 +199,10 @@ start = time.time()
 demos = collect_demos(make_env, args.demos, seed=0, progress=False)
 print("demos", len(demos), f"{time.time() - start:.0f}s", flush=True)
 log = []
-value = clone(demos, args.bc)
-log.append(dict(round=0, transitions=len(demos), loss=value, success_3=success(3), wall_s=time.time() - start))
+value = clone(demos, args.bc, args.eval_every, args.cosine)
+log.append(
+    dict(round=0, step=args.bc, transitions=len(demos), loss=value, success_3=success(3), wall_s=time.time() - start)
+)
 print(log[-1], flush=True)
 for it in range(args.dagger):
     envs = [make_env() for _ in range(args.dagger_eps)]
@@ -200,5 +230,7 @@ with torch.no_grad():
         fit["cell_accuracy"] = (split_bins(net(obs))[0].argmax(-1) == cell(target)).float().mean().item()
 print("fit on 20 fresh expert episodes", fit, flush=True)
 print("final (50 episodes, seeds 300100+)", final, flush=True)
+if args.save:
+    save_file(net.state_dict(), args.save)
 with open(args.out, "w") as f:
     json.dump(dict(args=vars(args), log=log, final=final, fit=fit, wall_s=time.time() - start), f, indent=1)
