@@ -29,7 +29,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 from markov_expert import use_markov_expert  # this folder's (the script's folder is on sys.path)
-from safetensors.torch import save_file
 from torch import nn
 
 import ecrl.envs  # noqa: F401  (registers ecrl/Push-v0)
@@ -65,14 +64,13 @@ parser.add_argument(
     help="stateful: the library's push expert (keeps its object until placed, steps out of stalls); "
     "markov: the same expert forgetting its state before every action, so its action is a function of the observation",
 )
-parser.add_argument("--save", help="write the network's weights here (safetensors)")
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
-torch.set_num_threads(1)
-
 if args.expert == "markov":
     use_markov_expert()  # demos, DAgger labels and the fit check all use it
+torch.set_num_threads(1)
 torch.manual_seed(0)
+LR = 3e-4
 K = args.bins
 grid = torch.linspace(-1, 1, K)
 CENTRES = torch.stack(torch.meshgrid(grid, grid, indexing="ij"), -1).reshape(-1, 2)
@@ -120,7 +118,7 @@ if args.net == "eit":
     net: nn.Module = EntityNet(NetConfig(width=args.width, heads=args.heads, blocks=args.blocks), out_dim)
 else:
     net = ProbeNet(args.width, args.heads, args.blocks, out_dim)
-optimizer = torch.optim.Adam(net.parameters(), lr=3e-4)
+optimizer = torch.optim.Adam(net.parameters(), lr=LR)
 
 
 def split_bins(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,7 +168,7 @@ def clone(demos, steps: int, every: int = 0, cosine: bool = False) -> float:
     for step in range(1, steps + 1):
         if cosine:
             for group in optimizer.param_groups:
-                group["lr"] = 3e-4 * 0.5 * (1 + np.cos(np.pi * step / steps))
+                group["lr"] = LR * 0.5 * (1 + np.cos(np.pi * step / steps))
         obs, target = demos.batch(rng.integers(len(demos), size=args.batch), "cpu")
         value = loss(obs, target)
         optimizer.zero_grad()
@@ -186,7 +184,7 @@ def clone(demos, steps: int, every: int = 0, cosine: bool = False) -> float:
     net.eval()
     if cosine:
         for group in optimizer.param_groups:
-            group["lr"] = 3e-4
+            group["lr"] = LR
     return float(np.mean(losses[-200:]))
 
 
@@ -230,7 +228,5 @@ with torch.no_grad():
         fit["cell_accuracy"] = (split_bins(net(obs))[0].argmax(-1) == cell(target)).float().mean().item()
 print("fit on 20 fresh expert episodes", fit, flush=True)
 print("final (50 episodes, seeds 300100+)", final, flush=True)
-if args.save:
-    save_file(net.state_dict(), args.save)
 with open(args.out, "w") as f:
     json.dump(dict(args=vars(args), log=log, final=final, fit=fit, wall_s=time.time() - start), f, indent=1)
