@@ -44,6 +44,7 @@ from ecrl.encoders.rows import (
     FrameRows,
     lift_to_table,
     position_columns,
+    with_agent_column,
 )
 
 __all__ = ["LatentWindows", "PixelPlanner"]
@@ -59,13 +60,15 @@ def _encode_all(encoder: EntityEncoder, pixels: np.ndarray, batch: int, device, 
     return np.concatenate(out)
 
 
-def track(rows: np.ndarray, lengths: np.ndarray, views: int) -> np.ndarray:
+def track(rows: np.ndarray, lengths: np.ndarray, views: int, pinned: int = 0) -> np.ndarray:
     """Re-order each frame's entities to follow the previous frame's, per episode and camera.
 
     Args:
         rows: ``(S + E, V * K, D)`` normalised rows of every state, episodes one after the other.
         lengths: ``(E,)`` steps per episode (an episode has ``length + 1`` states).
         views: ``V``.
+        pinned: the first ``pinned`` entities of every view keep their place (an encoder's agent particle,
+            which is the pusher's in every frame).
 
     Returns:
         The same rows, permuted within each frame and camera.
@@ -76,7 +79,7 @@ def track(rows: np.ndarray, lengths: np.ndarray, views: int) -> np.ndarray:
     for length in lengths:
         for t in range(start + 1, start + int(length) + 1):
             for v in range(views):
-                block = slice(v * k, (v + 1) * k)
+                block = slice(v * k + pinned, (v + 1) * k)
                 _, order = linear_sum_assignment(cdist(out[t - 1, block], out[t, block], "sqeuclidean"))
                 out[t, block] = out[t, block][order]
         start += int(length) + 1
@@ -96,8 +99,12 @@ class LatentWindows:
     ``table_height``, the rows' positions are lifted to the table's frame (:func:`lift_to_table`)
     before they are normalised.
 
+    With an encoder's agent particle (``uses_agent``), particle 0 of every view keeps its place in tracking and the
+    rows get the agent column of :func:`~ecrl.encoders.rows.with_agent_column`.
+
     Attributes:
-        rows: ``(S + E, V * K, D)`` normalised, tracked entity rows of every state.
+        rows: ``(S + E, V * K, width)`` normalised, tracked entity rows of every state (``width``: ``D``, or
+            ``D + 1`` with an agent particle).
         goal_rows: ``(E, V * K, D)`` normalised entity rows of each episode's goal frames (``None``
             without ``goal_images``).
         mean, std: ``(D,)`` the normalisation.
@@ -135,11 +142,14 @@ class LatentWindows:
             lift = lambda rows: lift_to_table(rows, cameras, columns, table_height)  # noqa: E731
         raw = lift(_encode_all(encoder, data.pixels, 256, device, progress))
         self.mean, self.std = raw.mean((0, 1)), raw.std((0, 1)) + 1e-6
-        self.rows = track((raw - self.mean) / self.std, data.lengths, views).astype(np.float32)
+        agent = bool(getattr(encoder, "uses_agent", False))  # the agent particle keeps its place and is flagged
+        finish = (lambda rows: with_agent_column(rows, views)) if agent else (lambda rows: rows)
+        self.rows = finish(track((raw - self.mean) / self.std, data.lengths, views, int(agent))).astype(np.float32)
+        self.width = self.rows.shape[-1]
         self.goal_rows = None
         if goal_images:
             goal = lift(_encode_all(encoder, data.goal_pixels, 256, device, progress))
-            self.goal_rows = ((goal - self.mean) / self.std).astype(np.float32)
+            self.goal_rows = finish((goal - self.mean) / self.std).astype(np.float32)
 
     def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """As :meth:`DemoDataset.sample_windows`, with ``observation (B, H + 1, V * K, D)`` encoder rows and an

@@ -129,7 +129,7 @@ class _Trainer:
         self.config, self.device = config, device
         # Planning from pixels: (frozen encoder, LatentWindows, {"size", "cameras"}); None for state entities.
         self.pixels = pixels
-        self.entity_dim = pixels[0].entity_dim if pixels else 0
+        self.entity_dim = pixels[1].width if pixels else 0
         self.goal_dim = self.entity_dim if config.goal_images else 0
         self.planned = planned_columns(pixels[0]) if pixels and config.plan_positions else ()
         self.planner = config.make_planner(self.entity_dim, self.goal_dim, self.planned).to(device)

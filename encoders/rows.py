@@ -6,7 +6,9 @@ planner of :mod:`ecrl.diffusion.pixels`, the EIT of :mod:`ecrl.policies.actor`):
 normalisation → optionally **table-frame keypoints** (``table_height=h``): each particle's image position
 lifted to where its camera's ray meets the plane ``z = h`` (:func:`lift_to_table`, the cameras'
 calibration of :func:`ecrl.envs.scene.unproject`), the frame of the goal rows and of the other views'
-particles.
+particles. An encoder with an **agent particle** (``uses_agent``: particle 0 of every view follows the pusher)
+gets one more column, 1 on that particle's row and 0 elsewhere (:func:`with_agent_column`), so that a model
+can tell it from the others: the rows are ``D + 1`` wide.
 
 :class:`EncodedObservation` puts those rows into an env's observations (key ``"entities"``), for the
 RL trainer, whose networks read observation dicts.
@@ -36,6 +38,7 @@ __all__ = [
     "frame_statistics",
     "lift_to_table",
     "position_columns",
+    "with_agent_column",
 ]
 
 OBJECT_CENTRE = 0.025
@@ -81,6 +84,21 @@ def lift_to_table(entities: np.ndarray, cameras: list[str], columns: slice, heig
     return out
 
 
+def with_agent_column(rows: np.ndarray | torch.Tensor, views: int) -> np.ndarray | torch.Tensor:
+    """Rows ``(..., V * K, D)`` → ``(..., V * K, D + 1)``: the last column is 1 on each view's particle 0 (the
+    agent particle of an encoder with ``uses_agent``) and 0 on the others."""
+    k = rows.shape[-2] // views
+    if rows.shape[-2] != views * k or k < 1:
+        raise ValueError(f"{rows.shape[-2]} entities per frame do not split into {views} camera views")
+    flag = np.zeros(rows.shape[-2], dtype=np.float32)
+    flag[::k] = 1.0
+    if isinstance(rows, torch.Tensor):
+        column = torch.as_tensor(flag, device=rows.device, dtype=rows.dtype).expand(*rows.shape[:-1])
+        return torch.cat([rows, column[..., None]], -1)
+    column = np.broadcast_to(flag.astype(rows.dtype), rows.shape[:-1])
+    return np.concatenate([rows, column[..., None]], -1)
+
+
 class FrameRows(nn.Module):
     """Camera frames → normalised entity rows, through a frozen encoder.
 
@@ -93,7 +111,7 @@ class FrameRows(nn.Module):
             ``cameras`` names the views, in the encoder's order. ``None``: image positions.
 
     Attributes:
-        width: the width of the rows, the encoder's ``D``.
+        width: the width of the rows: the encoder's ``D``, plus one with an agent particle (:func:`with_agent_column`).
     """
 
     def __init__(
@@ -120,7 +138,8 @@ class FrameRows(nn.Module):
                     f"table-frame keypoints need the name of each of the encoder's {self.encoder.config.views} "
                     f"camera(s), got {self.cameras}"
                 )
-        self.width = d
+        self.agent = bool(getattr(self.encoder, "uses_agent", False))
+        self.width = d + self.agent
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32))
 
@@ -140,14 +159,15 @@ class FrameRows(nn.Module):
         return self
 
     def rows(self, pixels: torch.Tensor) -> torch.Tensor:
-        """``(B, V, P, P, 3)`` uint8 frames → ``(B, V * K, D)`` normalised entity rows."""
+        """``(B, V, P, P, 3)`` uint8 frames → ``(B, V * K, width)`` normalised entity rows."""
         if pixels.ndim != 5 or pixels.shape[-1] != 3:
             raise ValueError(f"obs['pixels']: expected (B, V, P, P, 3) uint8 frames, got shape {tuple(pixels.shape)}")
         entities, _ = self.encoder.encode(frames_to_images(pixels.to(self.mean.device)))
         if self.table_height is not None:
             lifted = lift_to_table(entities.cpu().numpy(), self.cameras, self.columns, self.table_height)
             entities = torch.from_numpy(lifted).to(entities.device)
-        return (entities - self.mean) / self.std
+        rows = (entities - self.mean) / self.std
+        return with_agent_column(rows, self.encoder.config.views) if self.agent else rows
 
     def entity_rows(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """An observation dict's rows ``(B, V * K, D)``: :meth:`rows` of ``obs["pixels"]``."""

@@ -55,6 +55,35 @@ def test_tracking_follows_entities_from_frame_to_frame():
     np.testing.assert_allclose(track(shuffled, np.array([2]), views=2), frames)
 
 
+def test_tracking_leaves_pinned_entities_in_place():
+    rng = np.random.default_rng(1)
+    frames = np.stack([rng.normal(size=(4, 3))] * 2)  # one episode of 1 step, 2 views x 2 entities
+    swapped = frames.copy()
+    swapped[1, :2] = frames[1, [1, 0]]
+    np.testing.assert_allclose(track(swapped, np.array([1]), views=2), frames)  # tracked back
+    np.testing.assert_allclose(track(swapped, np.array([1]), views=2, pinned=1), swapped)  # particle 0 stays
+
+
+def test_an_agent_particle_is_pinned_and_flagged_in_windows_and_at_acting_time(pixel_demos, tmp_path):
+    data_path, _ = pixel_demos
+    torch.manual_seed(0)
+    save_encoder(build_encoder("particles", **ENCODER, agent_weight=0.03), tmp_path / "agent_encoder")
+    encoder = ecrl.encoders.load_encoder(tmp_path / "agent_encoder")
+    windows = LatentWindows(DemoDataset(data_path), encoder, progress=False)
+    assert windows.width == encoder.entity_dim + 1 == windows.rows.shape[-1]
+    flag = np.array([1, 0, 0, 1, 0, 0], np.float32)  # particle 0 of each of the 2 views (3 per view)
+    np.testing.assert_array_equal(windows.rows[..., -1], np.broadcast_to(flag, windows.rows.shape[:2]))
+    result = train(tiny_train_config(data_path, tmp_path, encoder=tmp_path / "agent_encoder"))
+    policy = ecrl.load(result.run_dir)
+    env = gym.make("ecrl/Push-v0", n_objects=2, pixels=32)
+    obs, _ = env.reset(seed=0)
+    rows = policy.module.rows(torch.as_tensor(obs["pixels"])[None])
+    assert rows.shape == (1, 6, encoder.entity_dim + 1)
+    np.testing.assert_array_equal(rows[0, :, -1].numpy(), flag)
+    policy.reset()
+    assert policy.act(obs).shape == (2,)
+
+
 def test_latent_windows_replace_the_state_rows(pixel_demos):
     data_path, encoder_path = pixel_demos
     data = DemoDataset(data_path)
