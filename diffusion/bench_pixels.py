@@ -50,11 +50,10 @@ from ecrl.diffusion.bench_training import (
     training_rates,
     training_step,
 )
-from ecrl.diffusion.pixels import PixelPlanner, track
+from ecrl.diffusion.pixels import PixelPlanner, tracked_rows
 from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.train import DiffusionTrainConfig, planner_policy
 from ecrl.encoders import EntityEncoder, frames_to_images, load_encoder
-from ecrl.encoders.rows import with_agent_column
 from ecrl.policy import Policy
 from ecrl.rollout import rollout
 from ecrl.timing import call_ms, gc_paused
@@ -179,9 +178,7 @@ def measure(config: PixelsBenchConfig) -> dict[str, Any]:
     with torch.inference_mode():
         raw = encoder.encode(frames_to_images(torch.as_tensor(trajectory["pixels"])))[0].numpy()
     mean, std = raw.mean((0, 1)), raw.std((0, 1)) + 1e-6
-    views, agent = encoder.config.views, bool(getattr(encoder, "uses_agent", False))
-    rows = track((raw - mean) / std, np.bincount(trajectory["episode"]) - 1, views, int(agent))
-    rows = with_agent_column(rows, views) if agent else rows
+    rows = tracked_rows((raw - mean) / std, np.bincount(trajectory["episode"]) - 1, encoder)
     pixel_cfg = replace(state_cfg, entity_dim=rows.shape[-1])
     sources = {"state": trajectory, "pixels": {**trajectory, "observation": rows}}
     windows = {  # the same windows (same draws) for both planners

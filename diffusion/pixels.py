@@ -47,7 +47,7 @@ from ecrl.encoders.rows import (
     with_agent_column,
 )
 
-__all__ = ["LatentWindows", "PixelPlanner"]
+__all__ = ["LatentWindows", "PixelPlanner", "tracked_rows"]
 
 
 def _encode_all(encoder: EntityEncoder, pixels: np.ndarray, batch: int, device, progress: bool) -> np.ndarray:
@@ -86,6 +86,14 @@ def track(rows: np.ndarray, lengths: np.ndarray, views: int, pinned: int = 0) ->
     return out
 
 
+def tracked_rows(rows: np.ndarray, lengths: np.ndarray, encoder: EntityEncoder) -> np.ndarray:
+    """:func:`track` for ``encoder``'s normalised rows; with an agent particle (``uses_agent``) that particle keeps
+    its place and the rows get its column (:func:`~ecrl.encoders.rows.with_agent_column`)."""
+    views, agent = encoder.config.views, encoder.uses_agent
+    out = track(rows, lengths, views, pinned=int(agent))
+    return with_agent_column(out, views) if agent else out
+
+
 class LatentWindows:
     """Training windows of a pixel dataset with the state rows replaced by a frozen encoder's (normalised, tracked) rows.
 
@@ -105,7 +113,7 @@ class LatentWindows:
     Attributes:
         rows: ``(S + E, V * K, width)`` normalised, tracked entity rows of every state (``width``: ``D``, or
             ``D + 1`` with an agent particle).
-        goal_rows: ``(E, V * K, D)`` normalised entity rows of each episode's goal frames (``None``
+        goal_rows: ``(E, V * K, width)`` normalised entity rows of each episode's goal frames (``None``
             without ``goal_images``).
         mean, std: ``(D,)`` the normalisation.
         success: per episode (as :attr:`DemoDataset.success`).
@@ -142,18 +150,17 @@ class LatentWindows:
             lift = lambda rows: lift_to_table(rows, cameras, columns, table_height)  # noqa: E731
         raw = lift(_encode_all(encoder, data.pixels, 256, device, progress))
         self.mean, self.std = raw.mean((0, 1)), raw.std((0, 1)) + 1e-6
-        agent = bool(getattr(encoder, "uses_agent", False))  # the agent particle keeps its place and is flagged
-        finish = (lambda rows: with_agent_column(rows, views)) if agent else (lambda rows: rows)
-        self.rows = finish(track((raw - self.mean) / self.std, data.lengths, views, int(agent))).astype(np.float32)
+        self.rows = tracked_rows((raw - self.mean) / self.std, data.lengths, encoder).astype(np.float32)
         self.width = self.rows.shape[-1]
         self.goal_rows = None
         if goal_images:
             goal = lift(_encode_all(encoder, data.goal_pixels, 256, device, progress))
-            self.goal_rows = finish((goal - self.mean) / self.std).astype(np.float32)
+            goal = (goal - self.mean) / self.std
+            self.goal_rows = (with_agent_column(goal, views) if encoder.uses_agent else goal).astype(np.float32)
 
     def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """As :meth:`DemoDataset.sample_windows`, with ``observation (B, H + 1, V * K, D)`` encoder rows and an
-        all-True ``mask`` (with goal images, also ``desired_goal (B, V * K, D)`` and an all-True ``goal_mask``)."""
+        """As :meth:`DemoDataset.sample_windows`, with ``observation (B, H + 1, V * K, width)`` encoder rows and an
+        all-True ``mask`` (with goal images, also ``desired_goal (B, V * K, width)`` and an all-True ``goal_mask``)."""
         batch = self.data.sample_windows(batch_size, horizon, rng)
         batch["observation"] = self.rows[batch["state_index"]]
         batch["mask"] = np.ones((batch_size, self.rows.shape[1]), bool)

@@ -138,8 +138,7 @@ class FrameRows(nn.Module):
                     f"table-frame keypoints need the name of each of the encoder's {self.encoder.config.views} "
                     f"camera(s), got {self.cameras}"
                 )
-        self.agent = bool(getattr(self.encoder, "uses_agent", False))
-        self.width = d + self.agent
+        self.width = d + self.encoder.uses_agent
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32))
 
@@ -167,10 +166,10 @@ class FrameRows(nn.Module):
             lifted = lift_to_table(entities.cpu().numpy(), self.cameras, self.columns, self.table_height)
             entities = torch.from_numpy(lifted).to(entities.device)
         rows = (entities - self.mean) / self.std
-        return with_agent_column(rows, self.encoder.config.views) if self.agent else rows
+        return with_agent_column(rows, self.encoder.config.views) if self.encoder.uses_agent else rows
 
     def entity_rows(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """An observation dict's rows ``(B, V * K, D)``: :meth:`rows` of ``obs["pixels"]``."""
+        """An observation dict's rows ``(B, V * K, width)``: :meth:`rows` of ``obs["pixels"]``."""
         if "pixels" not in obs:
             raise ValueError(
                 "this model acts from camera frames: its observations need 'pixels' (make the env with pixels=P)"

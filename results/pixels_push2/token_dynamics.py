@@ -60,7 +60,7 @@ def main() -> None:
     cameras, columns = list(data.cameras), position_columns(encoder)
     lifted = lift_to_table(raw, cameras, columns, OBJECT_CENTRE)
     mean, std = lifted.mean((0, 1)), lifted.std((0, 1)) + 1e-6
-    pinned = int(getattr(encoder, "uses_agent", False))  # an agent particle stays in place
+    pinned = int(encoder.uses_agent)  # an agent particle stays in place
     tracked = track((lifted - mean) / std, data.lengths[:episodes], len(cameras), pinned) * std + mean
     xy = tracked[..., columns]  # (S, V*K, 2) table-frame positions, in tracked order
     rows = data.observation[:stop]
