@@ -56,6 +56,7 @@ RETIRED: dict[str, dict[str, Retired]] = {
         "centring_weight": Retired(0.0, _ENCODER_ABLATION),
         "particle_scale": Retired(0.0, _ENCODER_ABLATION),
         "colour_detail": Retired(0.5, "results/encoders/top_close/README.md"),
+        "explain_away": Retired(False, "results/encoders/agent/README.md"),
     },
     "ecrl.diffusion.denoiser:DenoiserConfig": {
         "entity_goals": _ENTITY_GOALS,

@@ -87,12 +87,6 @@ class ParticleConfig:
     per-pixel brightness shared by the three channels (plus at most :data:`COLOUR_DETAIL` of free
     per-channel detail). A particle cannot then draw a red object and the grey pusher beside it equally well, so
     the reconstruction prefers another particle for the pusher (off: free RGB per pixel)."""
-    explain_away: bool = False
-    """Particles are encoded one after the other (in keypoint order), each from the image with what the
-    particles before it draw replaced by the background (their posterior-mean opacity, kept
-    differentiable). The particle next to an object that an earlier particle draws then sees the
-    pusher beside it rather than the object, and an earlier particle that stops drawing the pusher
-    lets a later one draw it (off: all particles are encoded from the image at once)."""
     agent_weight: float = 0.0
     """Weight of the agent loss (0: off). Above 0, particle 0 of every view is the agent's: its keypoint
     is read from its own heatmap alone (no saliency added; the softmax mean within 3 × 3 cells of its

@@ -68,7 +68,6 @@ from ecrl.encoders.glimpses import (
     composite,
     crop,
     glimpse_loss,
-    placement,
     reconstruction_loss,
 )
 from ecrl.encoders.keypoints import coordinate_channels, gaussian_kl, peak_mean, sample_gaussian, spatial_softmax
@@ -223,11 +222,8 @@ class ParticleEncoder(EntityEncoder):
         anchor = self._keypoints(logits, images)  # (N, K, 2)
         share = torch.full_like(anchor, self.glimpse_share)
         pooled = trunk.mean((-2, -1))
-        if c.explain_away:
-            stats = self._explain_away(images, anchor.detach(), share, self._background(pooled, b, False)[0])
-        else:
-            crops = crop(images, anchor.detach(), share, c.glimpse).flatten(0, 1)  # (N K, 3, g, g)
-            stats = rearrange(self.glimpse_encoder(crops), "(n k) d -> n k d", n=n)
+        crops = crop(images, anchor.detach(), share, c.glimpse).flatten(0, 1)  # (N K, 3, g, g)
+        stats = rearrange(self.glimpse_encoder(crops), "(n k) d -> n k d", n=n)
         offset, offset_logvar, scale, scale_logvar, depth, depth_logvar, transparency, features, features_logvar = (
             stats.split([2, 2, 2, 2, 1, 1, 1, c.feature_dim, c.feature_dim], -1)
         )
@@ -246,32 +242,6 @@ class ParticleEncoder(EntityEncoder):
             "pooled": pooled,
             "agent_logits": logits[:, 0],
         }
-
-    def _explain_away(
-        self, images: torch.Tensor, anchor: torch.Tensor, share: torch.Tensor, background: torch.Tensor
-    ) -> torch.Tensor:
-        """Glimpse-encoder outputs ``(N, K, 11 + 2 F)`` of the particles one after the other (``explain_away``).
-
-        Particle ``k`` is encoded from ``images (N, 3, H, W)`` where the opacity of particles
-        ``0 … k-1`` (posterior means: offset, scale, transparency and visual latent) shows the
-        ``background`` instead, around its coarse keypoint ``anchor[:, k]`` with crop extent ``share[:, k]``.
-        """
-        f = self.config.feature_dim
-        h, w = images.shape[-2:]
-        scope = torch.ones_like(images[:, :1])  # (N, 1, H, W): how much of each pixel is still unexplained
-        stats = []
-        for k in range(anchor.shape[1]):
-            seen = scope * images + (1 - scope) * background
-            out = self.glimpse_encoder(
-                crop(seen, anchor[:, k : k + 1], share[:, k : k + 1], self.config.glimpse)[:, 0]
-            )  # (N, D)
-            stats.append(out)
-            mu = (anchor[:, k : k + 1] + self.glimpse_share * torch.tanh(out[:, None, :2])).clamp(-1.0, 1.0)
-            opacity = self.glimpses(out[:, None, -2 * f : -f])[:, :, 3:]  # (N, 1, 1, g, g)
-            grid = placement(mu, torch.sigmoid(out[:, None, 4:6]), h, w)
-            placed = F.grid_sample(opacity.flatten(0, 1), grid, align_corners=False)  # (N, 1, H, W)
-            scope = scope * (1 - placed.clamp_max(1 - 1e-6) * torch.sigmoid(out[:, 10, None, None, None]))
-        return torch.stack(stats, 1)
 
     def _keypoints(self, logits: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
         """Coarse keypoints ``(N, K, 2)`` from heatmap ``logits (N, K, h, w)``, one after the other.

@@ -236,33 +236,6 @@ def test_particles_start_as_large_as_a_glimpse():
     assert torch.sigmoid(torch.tensor(enc.scale_logit)).item() == pytest.approx(extent, rel=1e-4)  # the prior's mean
 
 
-@pytest.mark.parametrize("transparency_logit", [20.0, -20.0])
-def test_explain_away_hides_what_earlier_particles_draw(frames, monkeypatch, transparency_logit):
-    """Two particles on the same keypoint: with explain_away the second is encoded from the image with
-    what the first draws replaced by the background, unless the first is fully transparent."""
-    torch.manual_seed(0)
-    enc = ParticleEncoder(ParticleConfig(entities=2, explain_away=True, **SMALL))
-    same = lambda logits, images: torch.zeros(images.shape[0], 2, 2)  # noqa: E731
-    monkeypatch.setattr(enc, "_keypoints", same)
-    with torch.no_grad():
-        head = enc.glimpse_encoder[-1]
-        head.weight[10].zero_()
-        head.bias[10] = transparency_logit
-        enc.glimpse_decoder[-1].bias[3] = 20.0  # glimpses opaque everywhere
-    crops = []
-    enc.glimpse_encoder.register_forward_hook(lambda m, args, out: crops.append(args[0]))
-    enc.encode(frames[:1])
-    first, second = crops[0], crops[1]  # view 0 and 1 of particle 0, then of particle 1
-    assert len(crops) == 2 and first.shape == second.shape == (2, 3, 8, 8)
-    if transparency_logit > 0:
-        # a fresh encoder's background is 0.5 everywhere (canvas and background decoder start at zero);
-        # inside the first particle's glimpse (the crop's edge is only half covered) that is all the second sees
-        assert not torch.allclose(first, second)
-        assert torch.allclose(second[..., 1:-1, 1:-1], torch.tensor(0.5), atol=1e-4)
-    else:
-        assert torch.allclose(first, second)
-
-
 def test_agent_particle_reads_its_own_heatmap_and_the_others_keep_off_it():
     """With ``agent_weight`` keypoint 0 follows its learned heatmap alone (no saliency), and the next
     keypoint is suppressed around it; without it, keypoint 0 goes to the salient dot."""
