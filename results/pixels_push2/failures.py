@@ -60,12 +60,10 @@ class _Distances(Recorder):
         self._keep(s.env, s.next_obs)
 
 
-def fates(objects: np.ndarray, targets: np.ndarray, threshold: float) -> list[str]:
-    """The category of each object from its ``(T, N, 2)`` path and ``(N, 2)`` targets."""
-    d = np.linalg.norm(objects - targets, axis=-1)  # (T, N)
-    travel = np.linalg.norm(objects - objects[0], axis=-1).max(0)
+def fates(d: np.ndarray, travel: np.ndarray, threshold: float) -> list[str]:
+    """The category of each object from its ``(T, N)`` distances to its target and ``(N,)`` largest travel."""
     out = []
-    for n in range(objects.shape[1]):
+    for n in range(d.shape[1]):
         if d[-1, n] <= threshold:
             out.append("placed")
         elif d[:, n].min() <= threshold:
@@ -86,14 +84,17 @@ def run(path: str, n: int, episodes: int, seed: int) -> dict:
     rollout(envs, policy, range(seed, seed + episodes), recorder=record)
     episodes_out = []
     for i in range(episodes):
-        objects, targets = np.stack(record.objects[i]), record.targets[i]
+        objects = np.stack(record.objects[i])  # (T, N, 2)
+        d = np.linalg.norm(objects - record.targets[i], axis=-1)  # (T, N)
+        travel = np.linalg.norm(objects - objects[0], axis=-1).max(0)
+        cm = lambda x: (x * 100).round(1).tolist()  # noqa: E731
         episodes_out.append(
             {
                 "seed": seed + i,
-                "fates": fates(objects, targets, threshold),
-                "start_cm": (np.linalg.norm(objects[0] - targets, axis=-1) * 100).round(1).tolist(),
-                "closest_cm": (np.linalg.norm(objects - targets, axis=-1).min(0) * 100).round(1).tolist(),
-                "end_cm": (np.linalg.norm(objects[-1] - targets, axis=-1) * 100).round(1).tolist(),
+                "fates": fates(d, travel, threshold),
+                "start_cm": cm(d[0]),
+                "closest_cm": cm(d.min(0)),
+                "end_cm": cm(d[-1]),
             }
         )
     for env in envs:
@@ -111,7 +112,20 @@ def summary(result: dict) -> dict:
         row["ended farther"] = sum(f.endswith("(ended farther)") for f in fates_) / max(len(fates_), 1)
         return row
 
-    return {"successes": len(eps) - len(failed), "episodes": len(eps), "all": shares(eps), "failed": shares(failed)}
+    def of(fate: str, key: str) -> np.ndarray:
+        return np.array([v for e in eps for f, v in zip(e["fates"], e[key], strict=True) if f.startswith(fate)])
+
+    never, knocked = of("pushed, never placed", "closest_cm"), of("knocked off", "end_cm")
+    return {
+        "successes": len(eps) - len(failed),
+        "episodes": len(eps),
+        "all": shares(eps),
+        "failed": shares(failed),
+        # pushed, never placed: how near they came; knocked off: how far they ended
+        "never_placed_closest_cm_median": float(np.median(never)) if len(never) else None,
+        "never_placed_within_8cm": float((never < 8).mean()) if len(never) else None,
+        "knocked_off_end_cm_median": float(np.median(knocked)) if len(knocked) else None,
+    }
 
 
 def main() -> None:
