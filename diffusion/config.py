@@ -36,10 +36,6 @@ class DiffusionTrainConfig(ComputeOptions):
     """Plan from pixels over table-frame keypoints (``--encoder``): each particle's image position is lifted
     to where its camera's ray meets the plane at an object's centre height (the cameras' calibration), the
     frame of the goal rows and of the other views' particles (:func:`ecrl.encoders.rows.lift_to_table`)."""
-    fuse_views: bool = False
-    """Plan from pixels (``--encoder``, ``--table-frame``, two or more cameras) over one row per particle of the
-    first camera, beside the particles of the other cameras nearest it on the table (one-to-one, per frame):
-    ``K`` tokens per state instead of ``V · K`` (:func:`ecrl.encoders.rows.fuse_views`)."""
     plan_positions: bool = False
     """Plan from pixels (``--encoder``) over the particles' positions only: each row's keypoint position is
     its planned state, the rest of the row (scale, depth,
@@ -158,10 +154,6 @@ class DiffusionTrainConfig(ComputeOptions):
             problems.append("recolour is implemented for state planners (no --encoder)")
         if self.table_frame and self.encoder is None:
             problems.append("table_frame lifts an encoder's keypoints: it needs --encoder")
-        if self.fuse_views and not self.table_frame:
-            problems.append(
-                "fuse_views pairs the cameras' particles by their table-frame positions: it needs --table-frame"
-            )
         if self.plan_positions and self.encoder is None:
             problems.append("plan_positions plans an encoder's keypoint positions: it needs --encoder")
         if self.goal_images and self.encoder is None:

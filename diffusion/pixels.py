@@ -42,7 +42,6 @@ from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.encoders import EntityEncoder, frames_to_images
 from ecrl.encoders.rows import (
     FrameRows,
-    fuse_views,
     lift_to_table,
     position_columns,
     with_agent_column,
@@ -87,16 +86,10 @@ def track(rows: np.ndarray, lengths: np.ndarray, views: int, pinned: int = 0) ->
     return out
 
 
-def tracked_rows(
-    rows: np.ndarray, lengths: np.ndarray, encoder: EntityEncoder, fuse: np.ndarray | None = None
-) -> np.ndarray:
+def tracked_rows(rows: np.ndarray, lengths: np.ndarray, encoder: EntityEncoder) -> np.ndarray:
     """:func:`track` for ``encoder``'s normalised rows; with an agent particle (``uses_agent``) that particle keeps
-    its place and the rows get its column (:func:`~ecrl.encoders.rows.with_agent_column`). With ``fuse`` (the
-    normalisation's standard deviation of the position columns) the views are first fused
-    (:func:`~ecrl.encoders.rows.fuse_views`, distances in metres) and the fused rows tracked."""
+    its place and the rows get its column (:func:`~ecrl.encoders.rows.with_agent_column`)."""
     views, agent = encoder.config.views, encoder.uses_agent
-    if fuse is not None:
-        rows, views = fuse_views(rows, views, position_columns(encoder), int(agent), fuse), 1
     out = track(rows, lengths, views, pinned=int(agent))
     return with_agent_column(out, views) if agent else out
 
@@ -117,12 +110,9 @@ class LatentWindows:
     With an encoder's agent particle (``uses_agent``), particle 0 of every view keeps its place in tracking and the
     rows get the agent column of :func:`~ecrl.encoders.rows.with_agent_column`.
 
-    With ``fuse`` (and ``table_height``) the views' particles are paired into ``K`` rows ``V · D`` wide
-    (:func:`~ecrl.encoders.rows.fuse_views`) before they are tracked.
-
     Attributes:
         rows: ``(S + E, V * K, width)`` normalised, tracked entity rows of every state (``width``: ``D``, or
-            ``D + 1`` with an agent particle; with ``fuse``, ``(S + E, K, V * D [+ 1])``).
+            ``D + 1`` with an agent particle).
         goal_rows: ``(E, V * K, width)`` normalised entity rows of each episode's goal frames (``None``
             without ``goal_images``).
         mean, std: ``(D,)`` the normalisation.
@@ -137,7 +127,6 @@ class LatentWindows:
         progress: bool = True,
         goal_images: bool = False,
         table_height: float | None = None,
-        fuse: bool = False,
     ) -> None:
         if data.pixels is None:
             raise DatasetError(
@@ -154,11 +143,6 @@ class LatentWindows:
                 f"the encoder reads {encoder.config.views} camera(s) at {encoder.config.image_size} px; {data.path} "
                 f"holds {views} camera(s) ({', '.join(data.cameras)}) at {size} px"
             )
-        if fuse and (table_height is None or views < 2):
-            raise DatasetError(
-                f"fusing views pairs particles by their table-frame positions: it needs table_height and 2 or more "
-                f"cameras, got table_height={table_height} and {views} camera(s)"
-            )
         self.data, self.success = data, data.success
         lift = lambda rows: rows  # noqa: E731
         if table_height is not None:
@@ -166,16 +150,12 @@ class LatentWindows:
             lift = lambda rows: lift_to_table(rows, cameras, columns, table_height)  # noqa: E731
         raw = lift(_encode_all(encoder, data.pixels, 256, device, progress))
         self.mean, self.std = raw.mean((0, 1)), raw.std((0, 1)) + 1e-6
-        fused = self.std[position_columns(encoder)] if fuse else None
-        self.rows = tracked_rows((raw - self.mean) / self.std, data.lengths, encoder, fused).astype(np.float32)
+        self.rows = tracked_rows((raw - self.mean) / self.std, data.lengths, encoder).astype(np.float32)
         self.width = self.rows.shape[-1]
         self.goal_rows = None
         if goal_images:
             goal = lift(_encode_all(encoder, data.goal_pixels, 256, device, progress))
             goal = (goal - self.mean) / self.std
-            if fused is not None:
-                goal = fuse_views(goal, views, position_columns(encoder), int(encoder.uses_agent), fused)
-                views = 1
             self.goal_rows = (with_agent_column(goal, views) if encoder.uses_agent else goal).astype(np.float32)
 
     def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -196,7 +176,7 @@ class PixelPlanner(FrameRows):
     """Observation dict with ``pixels (B, V, P, P, 3)`` uint8 → action ``(B, A)``, through a frozen encoder and a planner.
 
     Args:
-        encoder, mean, std, table_height, cameras, fuse_views: the front end
+        encoder, mean, std, table_height, cameras: the front end
             (:class:`~ecrl.encoders.rows.FrameRows`; the normalisation is :class:`LatentWindows`').
         planner: the keyword arguments of the :class:`DiffusionPlanner` (its denoiser has ``entity_dim``
             = the front end's row width).
@@ -213,9 +193,8 @@ class PixelPlanner(FrameRows):
         goal_images: bool = False,
         table_height: float | None = None,
         cameras: list[str] | None = None,
-        fuse_views: bool = False,
     ) -> None:
-        super().__init__(encoder, mean, std, table_height, cameras, fuse_views)
+        super().__init__(encoder, mean, std, table_height, cameras)
         self.planner = DiffusionPlanner(**planner)
         self.goal_images = bool(goal_images)
         width = self.planner.denoiser.config.entity_dim

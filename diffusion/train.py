@@ -104,12 +104,10 @@ def planner_policy(planner: DiffusionPlanner | HierarchicalPlanner, meta: dict[s
     return Policy(planner, -ones, ones, meta, builder, planner.kwargs)
 
 
-def planned_columns(encoder, fused: bool = False) -> tuple[int, ...]:
-    """``--plan-positions``: the columns of the rows a planner from pixels plans, the keypoint's position (every
-    view's, in fused rows)."""
-    position, d = position_columns(encoder), encoder.entity_dim
-    copies = encoder.config.views if fused else 1
-    return tuple(c + v * d for v in range(copies) for c in range(position.start, position.stop))
+def planned_columns(encoder) -> tuple[int, ...]:
+    """``--plan-positions``: the columns of the rows a planner from pixels plans, the keypoint's position."""
+    position = position_columns(encoder)
+    return tuple(range(position.start, position.stop))
 
 
 class _Trainer:
@@ -133,7 +131,7 @@ class _Trainer:
         self.pixels = pixels
         self.entity_dim = pixels[1].width if pixels else 0
         self.goal_dim = self.entity_dim if config.goal_images else 0
-        self.planned = planned_columns(pixels[0], config.fuse_views) if pixels and config.plan_positions else ()
+        self.planned = planned_columns(pixels[0]) if pixels and config.plan_positions else ()
         self.planner = config.make_planner(self.entity_dim, self.goal_dim, self.planned).to(device)
         self.models = planner_denoisers(self.planner)
         if config.init_from is not None:
@@ -169,7 +167,6 @@ class _Trainer:
             windows.mean.tolist(),
             windows.std.tolist(),
             goal_images=self.config.goal_images,
-            fuse_views=self.config.fuse_views,
             **table,
         )
         module.encoder.load_state_dict(encoder.state_dict())
@@ -335,7 +332,6 @@ def _run_meta(config: DiffusionTrainConfig, demonstrations: int, task: dict[str,
             # the task's goal kind stays in "goal" (ecrl-eval and the benches read it); this says how it is given
             "goal_input": "images" if config.goal_images else "rows",
             **({"keypoints": "table"} if config.table_frame else {}),
-            **({"views": "fused"} if config.fuse_views else {}),
             **({"planned": "positions"} if config.plan_positions else {}),
         }
     return meta
@@ -375,7 +371,6 @@ def _train(run: Run, world: World, device: torch.device) -> DiffusionTrainResult
             progress=config.progress and main,
             goal_images=config.goal_images,
             table_height=OBJECT_CENTRE if config.table_frame else None,
-            fuse=config.fuse_views,
         )
         frames = {"size": int(dataset.pixel_meta["size"]), "cameras": list(dataset.cameras)}
         pixels = (encoder, source, frames | ({"goal": True} if config.goal_images else {}))

@@ -68,6 +68,7 @@ RETIRED: dict[str, dict[str, Retired]] = {
         "relative_goals": _RELATIVE_GOALS,
         "still_objects": Retired(0, _PUSH3),
         "still_clearance": Retired(ANY, _PUSH3),
+        "fuse_views": Retired(False, "results/pixels_push2/README.md"),
     },
     "ecrl.diffusion.planner:DiffusionPlanner": {
         "focus": Retired(0, _PUSH3, _FOCUS),

@@ -10,11 +10,6 @@ particles. An encoder with an **agent particle** (``uses_agent``: particle 0 of 
 gets one more column, 1 on that particle's row and 0 elsewhere (:func:`with_agent_column`), so that a model
 can tell it from the others: the rows are ``D + 1`` wide.
 
-With table-frame keypoints, the views can be **fused** (``fuse_views``, :func:`fuse_views`): each particle of the
-first view is paired with the particle of every other view nearest it on the table (one-to-one), and the pair
-becomes one row, the views' rows side by side: ``K`` rows ``V · D`` wide (``+ 1`` with an agent particle, whose
-rows are paired with each other) instead of ``V · K`` rows ``D`` wide.
-
 :class:`EncodedObservation` puts those rows into an env's observations (key ``"entities"``), for the
 RL trainer, whose networks read observation dicts.
 """
@@ -28,7 +23,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
-from scipy.optimize import linear_sum_assignment
 from torch import nn
 
 from ecrl.encoders.base import EntityEncoder, frames_to_images
@@ -37,13 +31,11 @@ from ecrl.envs.scene import unproject
 
 __all__ = [
     "ENTITIES_KEY",
-    "FUSE_REACH",
     "OBJECT_CENTRE",
     "TABLE_REACH",
     "EncodedObservation",
     "FrameRows",
     "frame_statistics",
-    "fuse_views",
     "lift_to_table",
     "position_columns",
     "with_agent_column",
@@ -92,49 +84,6 @@ def lift_to_table(entities: np.ndarray, cameras: list[str], columns: slice, heig
     return out
 
 
-FUSE_REACH = 0.05
-"""Metres: :func:`fuse_views` weighs a pairing of two particles farther apart than this no worse than one at this
-distance, so that particles a camera sees alone (the front camera's on the far wall) cannot pull apart the pairs
-of particles both cameras place on the same object."""
-
-
-def fuse_views(
-    rows: np.ndarray,
-    views: int,
-    columns: slice,
-    pinned: int = 0,
-    scale: np.ndarray | float = 1.0,
-    reach: float = FUSE_REACH,
-) -> np.ndarray:
-    """Rows ``(..., V * K, D)`` of ``V`` views → ``(..., K, V * D)``: each particle of view 0 beside the particle of
-    each other view nearest it.
-
-    Within every frame, view ``v >= 1``'s particles are assigned one-to-one to view 0's, minimising the sum of
-    their distances capped at ``reach``; the distance is between their positions (``columns``, table-frame
-    keypoints, so that the views' positions share a frame), multiplied by ``scale`` (e.g. the normalisation's
-    standard deviation, for metres from normalised rows). Row ``k`` of the result is view 0's particle ``k``
-    followed by the particles assigned to it. The first ``pinned`` particles of every view are paired with each
-    other by index (an encoder's agent particle).
-    """
-    if views < 2:
-        raise ValueError(f"fusing views needs at least 2 camera views, got {views}")
-    if rows.shape[-2] % views:
-        raise ValueError(f"{rows.shape[-2]} entities per frame do not split into {views} camera views")
-    k, d = rows.shape[-2] // views, rows.shape[-1]
-    flat = np.asarray(rows).reshape(-1, views, k, d)
-    out = np.empty((len(flat), k, views, d), dtype=flat.dtype)
-    out[:, :, 0] = flat[:, 0]
-    out[:, :pinned] = flat[:, :, :pinned].transpose(0, 2, 1, 3)
-    anchor = flat[:, 0, pinned:, columns] * scale
-    for v in range(1, views):
-        other = flat[:, v, pinned:, columns] * scale
-        costs = np.minimum(np.linalg.norm(anchor[:, :, None] - other[:, None], axis=-1), reach)
-        for frame, cost in enumerate(costs):
-            _, order = linear_sum_assignment(cost)
-            out[frame, pinned:, v] = flat[frame, v, pinned:][order]
-    return out.reshape(*rows.shape[:-2], k, views * d)
-
-
 def with_agent_column(rows: np.ndarray | torch.Tensor, views: int) -> np.ndarray | torch.Tensor:
     """Rows ``(..., V * K, D)`` → ``(..., V * K, D + 1)``: the last column is 1 on each view's particle 0 (the
     agent particle of an encoder with ``uses_agent``) and 0 on the others."""
@@ -160,12 +109,9 @@ class FrameRows(nn.Module):
             (:func:`frame_statistics`, or a dataset's, :class:`ecrl.diffusion.pixels.LatentWindows`).
         table_height: lift the rows' positions to the table's frame at this height (:func:`lift_to_table`);
             ``cameras`` names the views, in the encoder's order. ``None``: image positions.
-        fuse_views: pair the views' particles into one row each (:func:`fuse_views`; needs ``table_height``).
 
     Attributes:
-        width: the width of the rows: the encoder's ``D`` (``V · D`` with ``fuse_views``), plus one with an agent
-            particle (:func:`with_agent_column`).
-        tokens: rows per frame, ``V · K`` (``K`` with ``fuse_views``).
+        width: the width of the rows: the encoder's ``D``, plus one with an agent particle (:func:`with_agent_column`).
     """
 
     def __init__(
@@ -175,7 +121,6 @@ class FrameRows(nn.Module):
         std: list[float],
         table_height: float | None = None,
         cameras: list[str] | None = None,
-        fuse_views: bool = False,
     ) -> None:
         super().__init__()
         self.encoder = build_encoder(encoder["kind"], **encoder["config"]).eval().requires_grad_(False)
@@ -193,15 +138,7 @@ class FrameRows(nn.Module):
                     f"table-frame keypoints need the name of each of the encoder's {self.encoder.config.views} "
                     f"camera(s), got {self.cameras}"
                 )
-        self.fuse_views = bool(fuse_views)
-        views = self.encoder.config.views
-        if self.fuse_views and (self.table_height is None or views < 2):
-            raise ValueError(
-                f"fuse_views pairs the particles of several views by their table-frame positions: it needs "
-                f"table_height and at least 2 views, got table_height={table_height} and {views} view(s)"
-            )
-        self.width = d * (views if self.fuse_views else 1) + self.encoder.uses_agent
-        self.tokens = self.encoder.config.entities * (1 if self.fuse_views else views)
+        self.width = d + self.encoder.uses_agent
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32))
 
@@ -213,7 +150,6 @@ class FrameRows(nn.Module):
             "mean": self.mean.tolist(),
             "std": self.std.tolist(),
             **({"table_height": self.table_height, "cameras": self.cameras} if self.table_height is not None else {}),
-            **({"fuse_views": True} if self.fuse_views else {}),
         }
 
     def train(self, mode: bool = True) -> FrameRows:
@@ -222,7 +158,7 @@ class FrameRows(nn.Module):
         return self
 
     def rows(self, pixels: torch.Tensor) -> torch.Tensor:
-        """``(B, V, P, P, 3)`` uint8 frames → ``(B, tokens, width)`` normalised entity rows."""
+        """``(B, V, P, P, 3)`` uint8 frames → ``(B, V * K, width)`` normalised entity rows."""
         if pixels.ndim != 5 or pixels.shape[-1] != 3:
             raise ValueError(f"obs['pixels']: expected (B, V, P, P, 3) uint8 frames, got shape {tuple(pixels.shape)}")
         entities, _ = self.encoder.encode(frames_to_images(pixels.to(self.mean.device)))
@@ -230,15 +166,10 @@ class FrameRows(nn.Module):
             lifted = lift_to_table(entities.cpu().numpy(), self.cameras, self.columns, self.table_height)
             entities = torch.from_numpy(lifted).to(entities.device)
         rows = (entities - self.mean) / self.std
-        views = self.encoder.config.views
-        if self.fuse_views:
-            scale = self.std[self.columns].cpu().numpy()
-            fused = fuse_views(rows.cpu().numpy(), views, self.columns, int(self.encoder.uses_agent), scale)
-            rows, views = torch.from_numpy(fused).to(rows.device), 1
-        return with_agent_column(rows, views) if self.encoder.uses_agent else rows
+        return with_agent_column(rows, self.encoder.config.views) if self.encoder.uses_agent else rows
 
     def entity_rows(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """An observation dict's rows ``(B, tokens, width)``: :meth:`rows` of ``obs["pixels"]``."""
+        """An observation dict's rows ``(B, V * K, width)``: :meth:`rows` of ``obs["pixels"]``."""
         if "pixels" not in obs:
             raise ValueError(
                 "this model acts from camera frames: its observations need 'pixels' (make the env with pixels=P)"
@@ -275,7 +206,8 @@ class EncodedObservation(gym.ObservationWrapper):
         if not isinstance(space, spaces.Dict) or "pixels" not in space.spaces:
             raise ValueError(f"EncodedObservation encodes camera frames: make the env with pixels=P, got {space}")
         self.frame_rows = rows.eval()
-        entities = spaces.Box(-np.inf, np.inf, shape=(rows.tokens, rows.width), dtype=np.float32)
+        tokens = rows.encoder.config.entities * rows.encoder.config.views
+        entities = spaces.Box(-np.inf, np.inf, shape=(tokens, rows.width), dtype=np.float32)
         self.observation_space = spaces.Dict(
             {k: v for k, v in space.spaces.items() if k != "pixels"} | {ENTITIES_KEY: entities}
         )

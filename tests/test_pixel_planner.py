@@ -15,7 +15,7 @@ from ecrl.diffusion.noise import loss, sample
 from ecrl.diffusion.pixels import LatentWindows, track
 from ecrl.diffusion.train import train
 from ecrl.encoders import build_encoder, save_encoder
-from ecrl.encoders.rows import OBJECT_CENTRE, TABLE_REACH, fuse_views, lift_to_table
+from ecrl.encoders.rows import OBJECT_CENTRE, TABLE_REACH, lift_to_table
 from ecrl.envs.scene import project
 from ecrl.evaluation import evaluate
 
@@ -264,66 +264,3 @@ def test_a_planner_that_plans_positions_reads_the_rest_as_static_context(goal_im
         DenoiserConfig(entity_dim=4, planned=(0, 4))
     with pytest.raises(ValueError, match="needs --encoder"):
         tiny_train_config(data_path, tmp_path, plan_positions=True)
-
-
-def test_fusing_views_pairs_each_particle_with_the_other_views_nearest_one():
-    rng = np.random.default_rng(2)
-    # 2 frames, 2 views x 4 particles, D = 3 (columns 1:3 the table-frame position); particle 0 the agent's
-    front = rng.normal(size=(2, 4, 3))
-    top = front + rng.normal(scale=1e-3, size=front.shape)  # the same things, seen by the other camera
-    top[..., 0] += 10.0  # ... with their own non-position features
-    order = np.array([[0, 3, 1, 2], [0, 2, 3, 1]])
-    shuffled = np.stack([top[f, order[f]] for f in range(2)])
-    shuffled[1, 0, 1:3] += 5.0  # the agent particles are paired by index, however far apart they are
-    fused = fuse_views(np.concatenate([front, shuffled], 1), 2, slice(1, 3), pinned=1)
-    assert fused.shape == (2, 4, 6)
-    np.testing.assert_array_equal(fused[..., :3], front)
-    np.testing.assert_allclose(fused[:, 1:, 3:], top[:, 1:])  # un-shuffled: each beside its own
-    np.testing.assert_array_equal(fused[:, 0, 3:], shuffled[:, 0])
-    # a particle only one camera sees (B, C) does not pull apart a pair both see (A, A'), as a sum of squared
-    # distances would (0.09 + 0.0961 < 0.0001 + 0.36)
-    a, b, a2, c = [0.0, 0.0], [-0.3, 0.0], [0.01, 0.0], [0.3, 0.0]
-    fused = fuse_views(np.array([[a, b, a2, c]]), 2, slice(0, 2))
-    np.testing.assert_array_equal(fused[0], [a + a2, b + c])
-    # distances are taken in metres: scale turns normalised positions back
-    np.testing.assert_array_equal(fuse_views(np.array([[a, b, a2, c]]) / 0.1, 2, slice(0, 2), scale=0.1), fused / 0.1)
-    with pytest.raises(ValueError, match="camera views"):
-        fuse_views(np.zeros((2, 7, 3)), 2, slice(1, 3))
-    with pytest.raises(ValueError, match="at least 2"):
-        fuse_views(np.zeros((2, 4, 3)), 1, slice(1, 3))
-
-
-def test_a_planner_over_fused_views_trains_on_and_acts_from_one_row_per_particle(pixel_demos, tmp_path):
-    data_path, _ = pixel_demos
-    torch.manual_seed(0)
-    save_encoder(build_encoder("particles", **ENCODER, agent_weight=0.03), tmp_path / "agent_encoder")
-    encoder = ecrl.encoders.load_encoder(tmp_path / "agent_encoder")
-    d, columns = encoder.entity_dim, encoder.fields()["position"]
-    data = DemoDataset(data_path)
-    windows = LatentWindows(data, encoder, progress=False, table_height=OBJECT_CENTRE, fuse=True)
-    assert windows.rows.shape == (len(data.observation), 3, 2 * d + 1)
-    np.testing.assert_array_equal(windows.rows[..., -1], np.broadcast_to([1, 0, 0], windows.rows.shape[:2]))
-    with pytest.raises(DatasetError, match="table_height"):
-        LatentWindows(data, encoder, progress=False, fuse=True)
-
-    config = tiny_train_config(
-        data_path, tmp_path, encoder=tmp_path / "agent_encoder", table_frame=True, fuse_views=True, plan_positions=True
-    )
-    policy = ecrl.load(train(config).run_dir)
-    assert policy.meta["views"] == "fused" and policy.module.fuse_views and policy.module.tokens == 3
-    planned = [columns.start, columns.start + 1, d + columns.start, d + columns.start + 1]
-    assert policy.module.planner.denoiser.config.planned == planned
-    env = gym.make("ecrl/Push-v0", n_objects=2, pixels=32)
-    obs, _ = env.reset(seed=0)
-    with torch.no_grad():
-        rows = policy.module.rows(torch.as_tensor(obs["pixels"][None]))
-        raw = encoder.encode(ecrl.encoders.frames_to_images(torch.as_tensor(obs["pixels"][None])))[0].numpy()
-    normalised = (lift_to_table(raw, ["front", "top"], columns, OBJECT_CENTRE) - policy.module.mean.numpy()) / (
-        policy.module.std.numpy()
-    )
-    expected = fuse_views(normalised, 2, columns, pinned=1, scale=policy.module.std[columns].numpy())
-    np.testing.assert_allclose(rows[..., :-1].numpy(), expected, rtol=1e-4, atol=1e-4)
-    policy.reset()
-    assert policy.act(obs).shape == (2,)
-    with pytest.raises(ValueError, match="needs --table-frame"):
-        tiny_train_config(data_path, tmp_path, encoder=tmp_path / "agent_encoder", fuse_views=True)

@@ -26,11 +26,15 @@ SELECT_RUNS = {
 }
 """``results/rl_push2`` actors trained with the retired object scorer: their checkpoints were saved again without
 it (documented there), their training configs still name it."""
-UNLOADABLE_RUNS = SELECT_RUNS | {RESULTS / "diffusion_push3" / "still_objects" / "policy": "still_objects=3"}
-"""Training configs whose run used a retired option: the selecting actors and the still-objects trial."""
+UNLOADABLE_RUNS = SELECT_RUNS | {
+    RESULTS / "diffusion_push3" / "still_objects" / "policy": "still_objects=3",
+    RESULTS / "pixels_push2" / "fused_views": "fuse_views=True",
+}
+"""Training configs whose run used a retired option: the selecting actors, the still-objects and fused-views trials."""
 RECORD = {
     "still_objects=3": "results/diffusion_push3/README.md",
     "select=True": "results/rl_push2/README.md",
+    "fuse_views=True": "results/pixels_push2/README.md",
 }
 
 POLICIES = sorted(p.parent for p in RESULTS.rglob("policy.json"))
