@@ -1,4 +1,4 @@
-"""Success at N = 2 of the push-2 planners by number of demonstrations and training seed (``more_demos.png``).
+"""Success at N = 2 of the push-2 planners by number of demonstrations, training seed and width (``more_demos.png``).
 
 Reads the ``eval/eval.json`` of each run folder here and of the committed planners it is compared with.
 
@@ -22,6 +22,7 @@ RUNS = {
     "state, 1k, seed 1": HERE / "state1k_s1" / "eval",
     "state, 3k, seed 0": HERE / "state3k" / "eval",
     "state, 3k, seed 1": HERE / "state3k_s1" / "eval",
+    "state, 1k, seed 0, width 64": HERE / "state1k_w64" / "eval",
     "pixels (agent/), 1k, seed 0": HERE.parent / "agent" / "eval",
 }
 
