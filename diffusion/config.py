@@ -83,7 +83,7 @@ class DiffusionTrainConfig(ComputeOptions):
     subgoal_action_weight: float = 1.0
     """Hierarchical: weight of the high level's action term (mean action over each stride; an auxiliary target)."""
     init_from: Path | None = None
-    """Start from the weights of a saved state planner (a checkpoint directory, e.g. a committed ``policy/``) of the same kind and size, to train it further when its run directory is gone; a flat planner can also start both levels of a hierarchical one (same denoiser size; horizons may differ). The weights start both the model and its EMA, the optimizer and the learning-rate schedule start afresh."""
+    """Start from the weights of a saved planner (a checkpoint directory, e.g. a committed ``policy/``) of the same kind and size, to train it further when its run directory is gone; a flat planner can also start both levels of a hierarchical one (same denoiser size; horizons may differ). A planner from pixels starts a planner from pixels (``--encoder``) with the same front end: the same encoder and weights, keypoint frame and row normalisation (the same dataset). The weights start both the model and its EMA, the optimizer and the learning-rate schedule start afresh."""
     steps: int = 120_000
     """Budget: gradient steps (the default takes about 45 minutes on one CPU core)."""
     batch_size: int = 128
@@ -158,8 +158,6 @@ class DiffusionTrainConfig(ComputeOptions):
             problems.append("plan_positions plans an encoder's keypoint positions: it needs --encoder")
         if self.goal_images and self.encoder is None:
             problems.append("goal_images plans from pixels towards goal images: it needs --encoder")
-        if self.encoder is not None and self.init_from is not None:
-            problems.append("--init-from starts state planners only, not planners from pixels (--encoder)")
         if problems:
             raise ValueError("invalid diffusion training config: " + "; ".join(problems))
 

@@ -52,7 +52,7 @@ from ecrl.diffusion.planner import DiffusionPlanner
 from ecrl.diffusion.warm_start import init_from, planner_denoisers
 from ecrl.distributed import World
 from ecrl.encoders import load_encoder
-from ecrl.encoders.rows import OBJECT_CENTRE, position_columns
+from ecrl.encoders.rows import OBJECT_CENTRE, FrameRows, position_columns
 from ecrl.eval_configs import resolve_skill
 from ecrl.eval_report import log_tensorboard, scalars
 from ecrl.evaluation import evaluate
@@ -135,7 +135,7 @@ class _Trainer:
         self.planner = config.make_planner(self.entity_dim, self.goal_dim, self.planned).to(device)
         self.models = planner_denoisers(self.planner)
         if config.init_from is not None:
-            init_from(self.models, config.init_from, device)
+            init_from(self.models, config.init_from, device, self.front_end())
         self.emas = {name: EMA(model, config.ema_decay) for name, model in self.models.items()}
         # The null goal token is trained only with goal dropout (never by the hierarchical planner).
         unused = config.planner == "hierarchical" or config.goal_dropout == 0
@@ -153,22 +153,28 @@ class _Trainer:
             model.load_state_dict(self.emas[name].model.state_dict())
         return planner.to(self.device).eval()
 
+    def _front_end_kwargs(self) -> dict[str, Any]:
+        """Planning from pixels: the :class:`FrameRows` arguments of the run's frozen front end."""
+        encoder, windows, frames = self.pixels
+        table = {"table_height": OBJECT_CENTRE, "cameras": frames["cameras"]} if self.config.table_frame else {}
+        kind = {"kind": encoder.kind, "config": encoder.config_dict()}
+        return {"encoder": kind, "mean": windows.mean.tolist(), "std": windows.std.tolist(), **table}
+
+    def front_end(self) -> FrameRows | None:
+        """The run's frozen front end as its policies carry it (``None`` for state entities)."""
+        if not self.pixels:
+            return None
+        rows = FrameRows(**self._front_end_kwargs())
+        rows.encoder.load_state_dict(self.pixels[0].state_dict())
+        return rows
+
     def policy(self, meta: dict[str, Any]) -> Policy:
         """The EMA planner as a policy (behind the frozen encoder when planning from pixels)."""
         if not self.pixels:
             return planner_policy(self.ema_planner(), meta)
-        encoder, windows, frames = self.pixels
+        encoder, _, frames = self.pixels
         planner = self.ema_planner()
-        kind = {"kind": encoder.kind, "config": encoder.config_dict()}
-        table = {"table_height": OBJECT_CENTRE, "cameras": frames["cameras"]} if self.config.table_frame else {}
-        module = PixelPlanner(
-            kind,
-            planner.kwargs,
-            windows.mean.tolist(),
-            windows.std.tolist(),
-            goal_images=self.config.goal_images,
-            **table,
-        )
+        module = PixelPlanner(planner=planner.kwargs, goal_images=self.config.goal_images, **self._front_end_kwargs())
         module.encoder.load_state_dict(encoder.state_dict())
         module.planner.load_state_dict(planner.state_dict())
         ones = np.ones(planner.denoiser.config.action_dim, dtype=np.float32)
@@ -354,26 +360,33 @@ def train(config: DiffusionTrainConfig, resume: Path | None = None) -> Diffusion
         return _train(run, world, device)
 
 
+def _entities(
+    config: DiffusionTrainConfig, dataset: DemoDataset, device: torch.device, progress: bool = False
+) -> tuple[DemoDataset | LatentWindows, tuple | None]:
+    """The windows a run trains on, and its ``pixels`` for :class:`_Trainer`: the dataset's state rows and
+    ``None``, or (with ``config.encoder``) the frozen encoder's rows of its frames and (encoder, windows, frames)."""
+    if config.encoder is None:
+        return dataset, None
+    encoder = load_encoder(config.encoder, device)
+    source = LatentWindows(
+        dataset,
+        encoder,
+        device,
+        progress=progress,
+        goal_images=config.goal_images,
+        table_height=OBJECT_CENTRE if config.table_frame else None,
+    )
+    frames = {"size": int(dataset.pixel_meta["size"]), "cameras": list(dataset.cameras)}
+    return source, (encoder, source, frames | ({"goal": True} if config.goal_images else {}))
+
+
 def _train(run: Run, world: World, device: torch.device) -> DiffusionTrainResult:
     config, main = run.config, world.main
     dataset = DemoDataset(config.dataset)
     if len(dataset) == 0:
         raise ValueError(f"dataset {config.dataset} holds no episodes")
     task = _dataset_task(config.dataset)
-    source: DemoDataset | LatentWindows = dataset
-    pixels = None
-    if config.encoder is not None:
-        encoder = load_encoder(config.encoder, device)
-        source = LatentWindows(
-            dataset,
-            encoder,
-            device,
-            progress=config.progress and main,
-            goal_images=config.goal_images,
-            table_height=OBJECT_CENTRE if config.table_frame else None,
-        )
-        frames = {"size": int(dataset.pixel_meta["size"]), "cameras": list(dataset.cameras)}
-        pixels = (encoder, source, frames | ({"goal": True} if config.goal_images else {}))
+    source, pixels = _entities(config, dataset, device, progress=config.progress and main)
     trainer = _Trainer(config, device, pixels, world)
     if run.resumed:
         trainer.load(run.checkpoint)

@@ -1,6 +1,7 @@
 """Planning from pixels: a diffusion planner over a frozen encoder's entities (``ecrl-train-diffusion --encoder``)."""
 
 import json
+from dataclasses import replace
 
 import gymnasium as gym
 import numpy as np
@@ -9,7 +10,7 @@ import torch
 from diffusion_helpers import tiny_train_config
 
 import ecrl
-from ecrl.datasets import CollectConfig, DatasetError, DemoDataset, collect_dataset
+from ecrl.datasets import CollectConfig, DatasetError, DemoDataset, collect_dataset, read_meta
 from ecrl.diffusion import DenoiserConfig, EntityDenoiser
 from ecrl.diffusion.noise import loss, sample
 from ecrl.diffusion.pixels import LatentWindows, track
@@ -116,6 +117,38 @@ def test_a_planner_from_pixels_trains_saves_and_acts_on_pixel_observations(pixel
         tiny_train_config(data_path, tmp_path, encoder=encoder_path, planner="hierarchical")
     with pytest.raises(ValueError, match="recolour is implemented for state planners"):
         tiny_train_config(data_path, tmp_path, encoder=encoder_path, recolour=True)
+
+
+def test_init_from_starts_a_planner_from_pixels_only_from_one_with_the_same_front_end(pixel_demos, tmp_path):
+    from ecrl.diffusion.train import _entities, _Trainer
+
+    data_path, encoder_path = pixel_demos
+    saved = train(tiny_train_config(data_path, tmp_path, encoder=encoder_path, name="first")).run_dir / "final"
+    config = tiny_train_config(data_path, tmp_path, encoder=encoder_path, init_from=saved).for_dataset(
+        read_meta(data_path)
+    )
+    _, pixels = _entities(config, DemoDataset(data_path), torch.device("cpu"))
+    trainer = _Trainer(config, torch.device("cpu"), pixels)
+    weights = ecrl.load(saved).module.planner.state_dict()
+    for name, value in trainer.planner.state_dict().items():
+        assert torch.equal(value, weights[name]), name
+    for name, value in trainer.emas[""].model.state_dict().items():  # the EMA starts there too
+        assert torch.equal(value, weights[f"denoiser.{name}"]), name
+    # Another keypoint frame or encoder means other rows: refused, as is a state planner's start.
+    with pytest.raises(ValueError, match="front end differs.*table_height"):
+        table = replace(config, table_frame=True)
+        _Trainer(table, torch.device("cpu"), _entities(table, DemoDataset(data_path), torch.device("cpu"))[1])
+    torch.manual_seed(1)
+    save_encoder(build_encoder("particles", **ENCODER), tmp_path / "other_encoder")
+    other = replace(config, encoder=tmp_path / "other_encoder")
+    with pytest.raises(ValueError, match="front end differs.*the encoder's weights"):
+        _Trainer(other, torch.device("cpu"), _entities(other, DemoDataset(data_path), torch.device("cpu"))[1])
+    state = train(tiny_train_config(data_path, tmp_path, name="state")).run_dir / "final"
+    with pytest.raises(ValueError, match="that is a state planner"):
+        _Trainer(replace(config, init_from=state), torch.device("cpu"), pixels)
+    with pytest.raises(ValueError, match="that is a planner from pixels"):
+        state_config = tiny_train_config(data_path, tmp_path, init_from=saved).for_dataset(read_meta(data_path))
+        _Trainer(state_config, torch.device("cpu"))
 
 
 @pytest.fixture(scope="module")
