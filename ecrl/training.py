@@ -119,18 +119,29 @@ class Run:
         return self.dir / "checkpoints" / "latest"
 
 
-def start_run(cls: type, config: Any, resume: Path | None, what: str, stem: Callable[[Any], str]) -> Run:
+def start_run(
+    cls: type,
+    config: Any,
+    resume: Path | None,
+    what: str,
+    stem: Callable[[Any], str],
+    also_resumable: str | None = None,
+) -> Run:
     """The run every training (RL, diffusion, encoders) starts with; nothing is written yet (:func:`open_run`).
 
-    With ``resume`` (a run directory holding ``checkpoints/latest/training.json``): that run, with its
+    With ``resume`` (a run directory holding ``checkpoints/latest/training.json``, or the file
+    ``also_resumable`` names relative to it, e.g. a checkpoint of a stage before the first): that run, with its
     own config (:func:`resume_config`: a larger ``steps`` extends it). Otherwise a new run of
     ``config`` in ``runs_dir/<name>``, by default ``<stem(config)>__<seed>__<time>`` (``stem``: task
     or dataset, then algorithm or kind). Sets torch's CPU threads to the config's ``threads``.
     """
     if resume is not None:
         run = Run(Path(resume), resume_config(cls, config, resume, what), True)
-        if not (run.checkpoint / "training.json").exists():
-            raise FileNotFoundError(f"{resume} has no checkpoint to resume (checkpoints/latest/training.json)")
+        if not (run.checkpoint / "training.json").exists() and not (
+            also_resumable is not None and (run.dir / also_resumable).exists()
+        ):
+            also = "" if also_resumable is None else f" or {also_resumable}"
+            raise FileNotFoundError(f"{resume} has no checkpoint to resume (checkpoints/latest/training.json{also})")
     else:
         name = config.name or f"{stem(config)}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
         run = Run(config.runs_dir / name, config, False)

@@ -100,7 +100,8 @@ class TrainConfig(RunOptions):
     eval_episodes: int = 30
     """Episodes per evaluated N."""
     checkpoint_every: int = 10_000
-    """Env steps between checkpoints (0: only at the end)."""
+    """Env steps between checkpoints (0: only at the end); in the imitation stage, behaviour-cloning steps between
+    its checkpoints (also written after the demonstrations and each DAgger round's rollouts; 0: none)."""
     keep_checkpoints: bool = False
     """Keep every ``checkpoints/step_<k>/`` policy, not only ``latest``."""
     save_replay: bool = True

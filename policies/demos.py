@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -21,10 +22,13 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from tqdm.auto import tqdm
 
+from ecrl.checkpoint import load_optimizer_state, optimizer_state
 from ecrl.distributed import World, average_gradients, broadcast_parameters, rank_seed, split_batch
 from ecrl.rollout import ExpertPolicy, Recorder, Step, rollout
 
 IDLE_KEPT = 10
+LOSSES_KEPT = 100
+"""Behaviour-cloning losses a :class:`BCPosition` keeps (the BC loss a run reports is their mean)."""
 BC_BATCH = 256
 """Demonstrations per behaviour-cloning step (over all processes of a data-parallel run)."""
 
@@ -242,6 +246,18 @@ def bc_errors(actor: torch.nn.Module, obs: dict[str, torch.Tensor], target: torc
     return ((_actor_action(actor, obs) - target) ** 2).sum(-1)
 
 
+@dataclass
+class BCPosition:
+    """Where a behaviour-cloning pass stands, to save it and continue it later: the steps done, the
+    sampler's state (numpy's bit-generator state), the optimizer's (:func:`ecrl.checkpoint.optimizer_state`
+    of the prefix ``"bc"``: tensors, and the JSON-able rest) and the last ``LOSSES_KEPT`` losses."""
+
+    step: int
+    rng: dict[str, Any]
+    optimizer: tuple[dict[str, torch.Tensor], dict[str, Any]]
+    losses: list[float]
+
+
 def pretrain_actor(
     actor: torch.nn.Module,
     demos: Demos,
@@ -251,6 +267,9 @@ def pretrain_actor(
     seed: int = 0,
     progress: bool = True,
     world: World | None = None,
+    start: BCPosition | None = None,
+    checkpoint: Callable[[BCPosition], None] | None = None,
+    checkpoint_every: int = 0,
 ) -> list[float]:
     """Behaviour cloning: regress the actor's deterministic action onto the expert's (MSE). Returns the
     losses (this process's, one per step).
@@ -259,6 +278,10 @@ def pretrain_actor(
     batch, this process draws its share from its own sampler (seeded with ``seed`` on rank 0, as a
     single process) and the gradients are averaged over the processes before each step. The actor is
     not wrapped in DDP: it goes on training in one process (RL on rank 0) after imitation.
+
+    Every ``checkpoint_every`` steps (0: never) ``checkpoint`` gets the pass's :class:`BCPosition`; a pass
+    given it as ``start`` (with the actor's weights of that moment) continues as if never stopped; its
+    losses then begin with the position's last ``LOSSES_KEPT``.
     """
     world = world or World()
     rng = np.random.default_rng(rank_seed(seed, world.rank))
@@ -266,9 +289,19 @@ def pretrain_actor(
     device = next(actor.parameters()).device
     broadcast_parameters(actor)
     optimizer = torch.optim.Adam(actor.parameters(), lr=lr)
-    losses = []
+    first, losses = 0, []
+    if start is not None:
+        first, rng.bit_generator.state = start.step, start.rng
+        load_optimizer_state(optimizer, *start.optimizer, "bc")
+        losses = [torch.tensor(x) for x in start.losses]
     actor.train()
-    for _ in tqdm(range(steps), desc="behaviour cloning", disable=not progress, leave=False):
+    bar = tqdm(
+        range(first, steps), desc="behaviour cloning", disable=not progress, leave=False, initial=first, total=steps
+    )
+    for step in bar:
+        if checkpoint is not None and checkpoint_every and step > first and step % checkpoint_every == 0:
+            kept = torch.stack(losses[-LOSSES_KEPT:]).tolist()
+            checkpoint(BCPosition(step, rng.bit_generator.state, optimizer_state(optimizer, "bc"), kept))
         obs, target = demos.batch(rng.integers(len(demos), size=per_process), device)
         loss = bc_errors(actor, obs, target).mean() / target.shape[-1]
         optimizer.zero_grad(set_to_none=True)
@@ -341,6 +374,32 @@ class FreezeActorCallback(BaseCallback):
         return True
 
 
+def dagger_round(
+    actor: torch.nn.Module,
+    make_env: Callable[[], gym.Env],
+    demos: Demos,
+    iteration: int,
+    episodes: int,
+    seed: int = 0,
+    progress: bool = True,
+    of: int | None = None,
+) -> Demos:
+    """DAgger's rollouts of round ``iteration`` (from 0; ``of`` rounds, for the progress bar): the actor acts
+    (deterministically) in ``episodes`` envs side by side, the expert labels the states it visits. Returns
+    ``demos`` grown by those labels."""
+    envs = [make_env() for _ in range(episodes)]
+    expert = ExpertPolicy(seeds=[seed + 104_729 * iteration + i for i in range(episodes)])
+    policy = _Labelled(_Actor(actor), expert)
+    labels = _Labels(episodes, expert, lambda: policy.labels)
+    actor.eval()
+    with tqdm(desc=f"dagger {iteration + 1}/{of or iteration + 1}", disable=not progress, leave=False) as bar:
+        seeds = [seed + 3_000_000 + 104_729 * iteration + i for i in range(episodes)]
+        rollout(envs, policy, seeds, recorder=labels, bar=bar)
+    for e in envs:
+        e.close()
+    return demos + labels.demos()
+
+
 def dagger(
     actor: torch.nn.Module,
     make_env: Callable[[], gym.Env],
@@ -357,21 +416,12 @@ def dagger(
     """DAgger (Ross et al. 2011): run the actor, label the states it visits with the expert's action,
     add them to the demonstrations and clone again; ``iterations`` times. Returns the grown dataset.
 
-    The actor acts (deterministically) in ``episodes`` envs side by side; the expert only labels. In
-    a data-parallel run (``world``) every process runs the same episodes with the same actor, so all
-    grow the same dataset, and the cloning is data-parallel (:func:`pretrain_actor`).
+    The actor acts (deterministically) in ``episodes`` envs side by side; the expert only labels
+    (:func:`dagger_round`). In a data-parallel run (``world``) every process runs the same episodes
+    with the same actor, so all grow the same dataset, and the cloning is data-parallel
+    (:func:`pretrain_actor`).
     """
     for it in range(iterations):
-        envs = [make_env() for _ in range(episodes)]
-        expert = ExpertPolicy(seeds=[seed + 104_729 * it + i for i in range(episodes)])
-        policy = _Labelled(_Actor(actor), expert)
-        labels = _Labels(episodes, expert, lambda policy=policy: policy.labels)
-        actor.eval()
-        with tqdm(desc=f"dagger {it + 1}/{iterations}", disable=not progress, leave=False) as bar:
-            seeds = [seed + 3_000_000 + 104_729 * it + i for i in range(episodes)]
-            rollout(envs, policy, seeds, recorder=labels, bar=bar)
-        for e in envs:
-            e.close()
-        demos = demos + labels.demos()
+        demos = dagger_round(actor, make_env, demos, it, episodes, seed, progress, of=iterations)
         pretrain_actor(actor, demos, steps, batch_size, lr, seed=seed + it, progress=progress, world=world)
     return demos

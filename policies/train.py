@@ -14,7 +14,11 @@ A run lives in ``runs/<task>__<algo>__<seed>__<time>/``:
   (``demos.npz``); ``eval/``: evaluations.
 
 A checkpoint is also written just before RL starts, so a run killed during RL never repeats its
-demonstrations and imitation: ``--resume`` continues with RL from the imitation weights.
+demonstrations and imitation: ``--resume`` continues with RL from the imitation weights. A run killed
+during imitation (hours from pixels) resumes it from ``checkpoints/imitation/``
+(:class:`ImitationCheckpoint`: the demonstrations, the buffer they seeded, the actor and where behaviour
+cloning and DAgger stood), written after the demonstrations, every ``checkpoint_every`` behaviour-cloning
+steps and after each DAgger round's rollouts, and removed once RL's first checkpoint is written.
 
 Under ``torchrun`` the imitation stage is data-parallel (:mod:`ecrl.distributed`): every process collects
 the same demonstrations and shares each BC batch; rank 0 alone goes on with RL, the others stop.
@@ -54,11 +58,13 @@ from ecrl.policies.actor import policy_from_model
 from ecrl.policies.config import TrainConfig
 from ecrl.policies.demos import (
     BC_BATCH,
+    LOSSES_KEPT,
+    BCPosition,
     DemoBCCallback,
     Demos,
     FreezeActorCallback,
     collect_demos,
-    dagger,
+    dagger_round,
     pretrain_actor,
 )
 from ecrl.policies.replay import load_replay, save_replay
@@ -308,30 +314,133 @@ class TrainResult:
     bc_loss: float | None = None
 
 
-def _imitate(model: Any, config: TrainConfig, demos: Demos, run_dir: Path, world: distributed.World) -> float:
+IMITATION_STATE = "checkpoints/imitation/state/imitation.json"
+"""Relative to a run directory: what a run killed in its imitation stage resumes from (:class:`ImitationCheckpoint`)."""
+
+
+class ImitationCheckpoint:
+    """``checkpoints/imitation/`` of a run in its imitation stage, so that a killed run resumes it.
+
+    - ``replay.npz``: the replay buffer the demonstrations seeded (written once);
+    - ``demos_<round>.npz``: the demonstrations as round ``round`` clones them (round 0: behaviour cloning
+      on the expert's episodes; round ``r`` > 0: DAgger's ``r``-th, after its rollouts);
+    - ``state/`` (replaced whole): ``imitation.json`` (the round, its demonstrations' file, the BC loss once
+      known, and within a round the :class:`~ecrl.policies.demos.BCPosition`) and ``actor.safetensors``
+      (the actor, and the optimizer of the round's cloning).
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.root = run_dir / "checkpoints" / "imitation"
+
+    @property
+    def state(self) -> Path:
+        return self.root.parent.parent / IMITATION_STATE
+
+    def exists(self) -> bool:
+        return self.state.exists()
+
+    def save_replay(self, buffer: HerReplayBuffer) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / ".tmp_replay.npz"
+        save_replay(buffer, tmp)
+        tmp.replace(self.root / "replay.npz")
+
+    def save_demos(self, demos: Demos, round_: int) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".tmp_demos_{round_}.npz"
+        demos.save(tmp)
+        tmp.replace(self.root / f"demos_{round_}.npz")
+
+    def save(self, actor: torch.nn.Module, round_: int, bc_loss: float | None, position: BCPosition | None) -> None:
+        """Where imitation stands: at the start of round ``round_``'s cloning, or ``position`` within it."""
+        tmp = self.root / ".tmp_state"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        tensors = {f"actor.{k}": v.detach().cpu().contiguous() for k, v in actor.state_dict().items()}
+        meta: dict[str, Any] = {"round": round_, "demos": f"demos_{round_}.npz", "bc_loss": bc_loss, "bc": None}
+        if position is not None:
+            opt_tensors, opt_meta = position.optimizer
+            tensors.update(opt_tensors)
+            meta["bc"] = {"step": position.step, "rng": position.rng, "optimizer": opt_meta, "losses": position.losses}
+        save_file(tensors, str(tmp / "actor.safetensors"))
+        (tmp / "imitation.json").write_text(json.dumps(meta, indent=1) + "\n")
+        replace_dir(tmp, self.root / "state")
+        for old in self.root.glob("demos_*.npz"):  # the earlier rounds' sets are no longer needed
+            if old.name != meta["demos"]:
+                old.unlink()
+
+    def load(
+        self, actor: torch.nn.Module, buffer: HerReplayBuffer | None
+    ) -> tuple[int, float | None, BCPosition | None, Demos]:
+        """Restore the actor (and ``buffer``) and return the round, the BC loss, the position within the round and
+        the round's demonstrations."""
+        meta = json.loads(self.state.read_text())
+        tensors = load_file(str(self.state.parent / "actor.safetensors"))
+        actor.load_state_dict({k.removeprefix("actor."): v for k, v in tensors.items() if k.startswith("actor.")})
+        if buffer is not None and (self.root / "replay.npz").exists():
+            load_replay(buffer, self.root / "replay.npz")
+        bc = meta["bc"]
+        position = None if bc is None else BCPosition(bc["step"], bc["rng"], (tensors, bc["optimizer"]), bc["losses"])
+        return meta["round"], meta["bc_loss"], position, Demos.load(self.root / meta["demos"])
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _imitate(
+    model: Any,
+    config: TrainConfig,
+    demos: Demos,
+    run_dir: Path,
+    world: distributed.World,
+    resume: tuple[int, float | None, BCPosition | None] | None = None,
+) -> float:
     """The imitation stage before RL: BC on ``demos``, then DAgger (growing ``demos``); returns the BC loss.
 
-    Saves the policy as imitation left it (``run_dir/imitation``, for comparison with ``final/``) and the
-    grown demonstrations beside it, so that ``--resume`` after a crash in RL keeps the BC term's data;
-    with ``eval_every``, evaluates it (logged at step 0).
+    Round 0 clones the expert's demonstrations, rounds 1 … ``dagger_iterations`` are DAgger's (rollouts,
+    then cloning on the grown set). Rank 0 checkpoints as it goes (:class:`ImitationCheckpoint`); ``resume``
+    (round, BC loss, position within the round) continues from such a checkpoint, ``demos`` being that
+    round's. Saves the policy as imitation left it (``run_dir/imitation``, for comparison with
+    ``final/``) and the grown demonstrations beside it, so that ``--resume`` after a crash in RL keeps the
+    BC term's data; with ``eval_every``, evaluates it (logged at step 0).
     """
     progress = config.progress and world.main
-    losses = pretrain_actor(model.actor, demos, config.bc_steps, seed=config.seed, progress=progress, world=world)
-    if config.dagger_iterations:
-        grown = dagger(
+    checkpoints = ImitationCheckpoint(run_dir) if world.main and config.checkpoint_every else None
+    first, bc_loss, position = resume or (0, None, None)
+    make_env = partial(_make_env, config, getattr(model, "frame_rows", None))
+    for round_ in range(first, config.dagger_iterations + 1):
+        if round_ > first:  # DAgger's rollouts of this round (a resumed round has them already)
+            grown = dagger_round(
+                model.actor,
+                make_env,
+                demos,
+                round_ - 1,
+                config.dagger_episodes,
+                config.seed,
+                progress,
+                of=config.dagger_iterations,
+            )
+            demos.obs, demos.actions = grown.obs, grown.actions  # the BC term uses all
+            if checkpoints is not None:
+                checkpoints.save_demos(demos, round_)
+                checkpoints.save(model.actor, round_, bc_loss, None)
+        save = None if checkpoints is None else partial(checkpoints.save, model.actor, round_, bc_loss)
+        steps, seed = (config.bc_steps, config.seed) if round_ == 0 else (config.dagger_steps, config.seed + round_ - 1)
+        losses = pretrain_actor(
             model.actor,
-            partial(_make_env, config, getattr(model, "frame_rows", None)),
             demos,
-            config.dagger_iterations,
-            config.dagger_episodes,
-            config.dagger_steps,
-            seed=config.seed,
+            steps,
+            seed=seed,
             progress=progress,
             world=world,
+            start=position if round_ == first else None,
+            checkpoint=save,
+            checkpoint_every=config.checkpoint_every,
         )
-        demos.obs, demos.actions = grown.obs, grown.actions  # the BC term uses all
+        if round_ == 0:
+            bc_loss = float(np.mean(losses[-LOSSES_KEPT:]))
     if not world.main:
-        return float(np.mean(losses[-100:]))
+        return bc_loss
     if config.algo == "td3":
         model.actor_target.load_state_dict(model.actor.state_dict())
     _policy(model, config).save(run_dir / "imitation")
@@ -339,7 +448,7 @@ def _imitate(model: Any, config: TrainConfig, demos: Demos, run_dir: Path, world
     if config.eval_every:
         run_periodic_eval(model, config, model.logger)
         model.logger.dump(0)
-    return float(np.mean(losses[-100:]))
+    return bc_loss
 
 
 def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
@@ -349,7 +458,7 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
     extend a finished run, and ``threads``, ``device`` and ``progress`` (:func:`ecrl.training.start_run`).
     Under ``torchrun`` every process calls it; the processes other than rank 0 return after imitation.
     """
-    run = start_run(TrainConfig, config, resume, "an RL", lambda c: f"{c.task}__{c.algo}")
+    run = start_run(TrainConfig, config, resume, "an RL", lambda c: f"{c.task}__{c.algo}", IMITATION_STATE)
     with distributed.session(torch_device(run.config.device)) as (world, device):
         run.dir = distributed.broadcast(run.dir)  # a new run's name has the time in it: rank 0's
         return _train(run, world, device)
@@ -357,6 +466,15 @@ def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
 
 def _train(run: Run, world: distributed.World, device: torch.device) -> TrainResult:
     config, run_dir, main = run.config, run.dir, world.main
+    checkpoints = ImitationCheckpoint(run_dir)
+    # A run resumed before RL's first checkpoint continues its imitation stage, in one process.
+    imitating = run.resumed and not (run.checkpoint / "training.json").exists() and checkpoints.exists()
+    in_rl = run.resumed and not imitating
+    if imitating and world.size > 1:
+        raise ValueError(
+            f"{run_dir} stopped in its imitation stage, which resumes in one process: "
+            f"ecrl-train --resume {run_dir} (without torchrun)"
+        )
     if not main and (run.resumed or not (config.demos and config.bc_steps)):
         return TrainResult(run_dir=run_dir, env_steps=0, wall_s=0.0)  # nothing data-parallel: RL is rank 0's
     vec_cls = SubprocVecEnv if config.n_envs > 1 and config.subproc else DummyVecEnv
@@ -366,12 +484,12 @@ def _train(run: Run, world: distributed.World, device: torch.device) -> TrainRes
     env = make_vec_env(
         partial(_make_env, config, frames),
         n_envs=config.n_envs,
-        seed=config.seed + (1_000_000 if run.resumed else 0),
+        seed=config.seed + (1_000_000 if in_rl else 0),
         vec_env_cls=vec_cls,
     )
     model = build_model(config if world.size == 1 else replace(config, device=str(device)), env)
     model.frame_rows = frames  # the front end the policies it exports act through (None: state rows)
-    if run.resumed:
+    if in_rl:
         load_checkpoint(model, run.checkpoint)
     if main:
         open_run(run, int(model.num_timesteps), **world.describe(BC_BATCH, "bc_"))
@@ -380,34 +498,42 @@ def _train(run: Run, world: distributed.World, device: torch.device) -> TrainRes
     result = TrainResult(run_dir=run_dir, env_steps=0, wall_s=0.0)
 
     callbacks: list[BaseCallback] = [CheckpointCallback(config, run_dir), PeriodicEvalCallback(config)]
-    demos = None
+    demos, resume = None, None
     saved_demos = run_dir / "imitation" / DEMOS_FILE
     # On resume the buffer already holds the demos; the BC term needs them too: the set imitation
     # grew (saved beside the imitation policy), or else the expert's episodes again (same seeds).
-    if run.resumed and config.bc_weight > 0 and saved_demos.exists():
+    if imitating:
+        round_, bc_loss, position, demos = checkpoints.load(model.actor, model.replay_buffer)
+        resume = (round_, bc_loss, position)
+    elif in_rl and config.bc_weight > 0 and saved_demos.exists():
         demos = Demos.load(saved_demos)
-    elif config.demos and (not run.resumed or config.bc_weight > 0):
+    elif config.demos and (not in_rl or config.bc_weight > 0):
         demos = collect_demos(
             partial(_make_env, config, frames),
             config.demo_episodes,
             seed=config.seed + 2_000_000,
-            replay_buffer=None if run.resumed or not main else model.replay_buffer,
+            replay_buffer=None if in_rl or not main else model.replay_buffer,
             progress=config.progress and main,
         )
+        if not in_rl and main and config.bc_steps and config.checkpoint_every:
+            checkpoints.save_replay(model.replay_buffer)
+            checkpoints.save_demos(demos, 0)
+            checkpoints.save(model.actor, 0, None, None)
     if demos is not None:
         result.demo_success = demos.successes / demos.episodes
         if config.bc_weight > 0:
             callbacks.append(DemoBCCallback(demos, config.bc_weight, config.bc_every, seed=config.seed))
     if config.actor_warmup:
         callbacks.append(FreezeActorCallback(config.actor_warmup))
-    if not run.resumed and demos is not None and config.bc_steps:
-        result.bc_loss = _imitate(model, config, demos, run_dir, world)
+    if not in_rl and demos is not None and config.bc_steps:
+        result.bc_loss = _imitate(model, config, demos, run_dir, world, resume)
     if not main:  # RL is rank 0's
         env.close()
         return result
-    if not run.resumed:
+    if not in_rl:
         # Nothing done so far is lost if the run dies once RL has started: --resume starts from here.
         save_checkpoint(model, config, run_dir, config.save_replay)
+        checkpoints.remove()
     # learning_starts counts env steps; the demos already fill the buffer.
     if config.demos:
         model.learning_starts = 0
@@ -417,7 +543,7 @@ def _train(run: Run, world: distributed.World, device: torch.device) -> TrainRes
         model.learn(
             remaining,
             callback=CallbackList(callbacks),
-            reset_num_timesteps=not run.resumed,
+            reset_num_timesteps=not in_rl,
             progress_bar=config.progress,
         )
     save_checkpoint(model, config, run_dir, config.save_replay)

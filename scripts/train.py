@@ -44,7 +44,8 @@ class TrainArgs(TrainConfig, FinalEvaluation):
     """Options of `ecrl-train` (a training config plus what to do around it)."""
 
     resume: Path | None = None
-    """Continue the run in this directory from checkpoints/latest/ (its config.json is used; other options are ignored)."""
+    """Continue the run in this directory from checkpoints/latest/, or, killed before RL started, its imitation stage
+    from checkpoints/imitation/ (its config.json is used; other options are ignored)."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -136,6 +136,86 @@ def test_a_run_that_dies_when_rl_starts_resumes_after_imitation(tmp_path, monkey
 
 
 @pytest.mark.parametrize(
+    "dies_after", [2, 4, 5]
+)  # in the first cloning, after a DAgger round's rollouts, within its cloning
+def test_a_run_killed_in_imitation_resumes_it_where_it_stopped(tmp_path, monkeypatch, dies_after):
+    import ecrl.policies.train as train_module
+
+    kw = dict(steps=20, demos=2, bc_steps=6, dagger_iterations=2, dagger_episodes=1, dagger_steps=4, checkpoint_every=2)
+    kw.update(bc_weight=1.0, actor_warmup=20)
+    reference = train(tiny(tmp_path / "reference", **kw))
+
+    # Checkpoints of imitation: after the demos (1), cloning steps 2 and 4 (2, 3), DAgger round 1's rollouts (4)
+    # and its cloning step 2 (5), round 2's rollouts (6) and cloning step 2 (7). The run dies after the k-th.
+    saves, real_save = [], train_module.ImitationCheckpoint.save
+
+    def dies(self, *args, **kwargs):
+        real_save(self, *args, **kwargs)
+        saves.append(json.loads(self.state.read_text()))
+        if len(saves) == dies_after:
+            raise RuntimeError("killed in imitation")
+
+    monkeypatch.setattr(train_module.ImitationCheckpoint, "save", dies)
+    with pytest.raises(RuntimeError, match="killed in imitation"):
+        train(tiny(tmp_path / "killed", **kw))
+    run = tmp_path / "killed" / "run"
+    stopped = json.loads((run / train_module.IMITATION_STATE).read_text())
+    assert stopped["round"] == {2: 0, 4: 1, 5: 1}[dies_after]
+    assert (stopped["bc"] or {}).get("step") == {2: 2, 4: None, 5: 2}[dies_after]
+    assert not (run / "imitation").exists() and not (run / "checkpoints" / "latest").exists()
+
+    # Resumed: the demonstrations are not collected again, and imitation ends where the uninterrupted run's did.
+    monkeypatch.setattr(train_module.ImitationCheckpoint, "save", real_save)
+    monkeypatch.setattr(train_module, "collect_demos", lambda *a, **k: pytest.fail("demos collected again"))
+    resumed = train(tiny(tmp_path / "killed", **kw), resume=run)
+    assert resumed.env_steps == 20 and resumed.bc_loss == pytest.approx(reference.bc_loss, rel=1e-6)
+    assert resumed.demo_success == reference.demo_success
+    want = load_file(str(reference.run_dir / "imitation" / "policy.safetensors"))
+    got = load_file(str(run / "imitation" / "policy.safetensors"))
+    assert want.keys() == got.keys()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=0, atol=0)
+    grown, grown_there = (
+        train_module.Demos.load(d / "imitation" / train_module.DEMOS_FILE) for d in (run, reference.run_dir)
+    )
+    np.testing.assert_array_equal(grown.actions, grown_there.actions)
+    with np.load(run / "checkpoints" / "latest" / "replay.npz", allow_pickle=False) as replay:
+        assert len(replay["actions"]) == 2 * 150 + 20  # the expert's episodes came back with the buffer
+    assert not (run / "checkpoints" / "imitation").exists()  # superseded by RL's checkpoint
+    sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
+    assert [s.get("resumed") for s in sessions if "start_step" in s] == [False, True]
+
+
+def test_an_imitation_checkpoint_keeps_only_the_demonstrations_it_needs(tmp_path):
+    import ecrl.policies.train as train_module
+
+    result = train(
+        tiny(
+            tmp_path,
+            steps=10,
+            demos=2,
+            bc_steps=4,
+            dagger_iterations=1,
+            dagger_episodes=1,
+            dagger_steps=4,
+            checkpoint_every=2,
+            bc_weight=1.0,
+            actor_warmup=10,
+            eval_every=0,
+        ),
+    )
+    assert not (result.run_dir / "checkpoints" / "imitation").exists()
+    checkpoint = train_module.ImitationCheckpoint(tmp_path / "other")
+    demos = train_module.Demos.load(result.run_dir / "imitation" / train_module.DEMOS_FILE)
+    actor = torch.nn.Linear(2, 2)
+    for round_ in (0, 1, 2):
+        checkpoint.save_demos(demos, round_)
+        checkpoint.save(actor, round_, None, None)
+        assert sorted(p.name for p in checkpoint.root.glob("demos_*.npz")) == [f"demos_{round_}.npz"]
+    assert checkpoint.load(actor, None)[0] == 2
+
+
+@pytest.mark.parametrize(
     "kw, match",
     [
         (dict(n_objects=0), "n_objects"),
