@@ -330,26 +330,23 @@ class ImitationCheckpoint:
     """
 
     def __init__(self, run_dir: Path) -> None:
-        self.root = run_dir / "checkpoints" / "imitation"
-
-    @property
-    def state(self) -> Path:
-        return self.root.parent.parent / IMITATION_STATE
+        self.root, self.state = run_dir / "checkpoints" / "imitation", run_dir / IMITATION_STATE
 
     def exists(self) -> bool:
         return self.state.exists()
 
-    def save_replay(self, buffer: HerReplayBuffer) -> None:
+    def _write(self, name: str, write: Any) -> None:
+        """``write(path)`` to a temporary file renamed to ``name`` once complete."""
         self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / ".tmp_replay.npz"
-        save_replay(buffer, tmp)
-        tmp.replace(self.root / "replay.npz")
+        tmp = self.root / f".tmp_{name}"
+        write(tmp)
+        tmp.replace(self.root / name)
+
+    def save_replay(self, buffer: HerReplayBuffer) -> None:
+        self._write("replay.npz", partial(save_replay, buffer))
 
     def save_demos(self, demos: Demos, round_: int) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".tmp_demos_{round_}.npz"
-        demos.save(tmp)
-        tmp.replace(self.root / f"demos_{round_}.npz")
+        self._write(f"demos_{round_}.npz", demos.save)
 
     def save(self, actor: torch.nn.Module, round_: int, bc_loss: float | None, position: BCPosition | None) -> None:
         """Where imitation stands: at the start of round ``round_``'s cloning, or ``position`` within it."""
