@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -335,7 +336,7 @@ class ImitationCheckpoint:
     def exists(self) -> bool:
         return self.state.exists()
 
-    def _write(self, name: str, write: Any) -> None:
+    def _write(self, name: str, write: Callable[[Path], None]) -> None:
         """``write(path)`` to a temporary file renamed to ``name`` once complete."""
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f".tmp_{name}"
