@@ -197,16 +197,17 @@ class WindowLog:
         self.rows.append(dict(scalars))
         self.steps += 1
 
-    def flush(self, step: int, lr: float, items_per_step: int) -> tuple[dict[str, float], float]:
-        """Write the window's means, ``train/lr`` and the rate (items/s; ``items_per_step`` counts every
-        process's items) at ``step``; start a new window."""
+    def flush(self, step: int, lr: float | None, items_per_step: int) -> tuple[dict[str, float], float]:
+        """Write the window's means, ``train/lr`` (unless ``lr`` is None) and the rate (items/s;
+        ``items_per_step`` counts every process's items) at ``step``; start a new window."""
         rows = _on_host(self.rows)
         means = mean_over_ranks({key: float(sum(r[key] for r in rows) / len(rows)) for key in rows[0]})
         rate = self.steps * items_per_step / max(time.perf_counter() - self.start, 1e-9)
         if self.writer is not None:
             for key, value in means.items():
                 self.writer.add_scalar(key, value, step)
-            self.writer.add_scalar("train/lr", lr, step)
+            if lr is not None:
+                self.writer.add_scalar("train/lr", lr, step)
             self.writer.add_scalar(self.rate_name, rate, step)
         self.rows = []
         self.restart()

@@ -270,6 +270,7 @@ def pretrain_actor(
     start: BCPosition | None = None,
     checkpoint: Callable[[BCPosition], None] | None = None,
     checkpoint_every: int = 0,
+    on_step: Callable[[int, torch.Tensor], None] | None = None,
 ) -> list[float]:
     """Behaviour cloning: regress the actor's deterministic action onto the expert's (MSE). Returns the
     losses (this process's, one per step).
@@ -281,7 +282,8 @@ def pretrain_actor(
 
     Every ``checkpoint_every`` steps (0: never) ``checkpoint`` gets the pass's :class:`BCPosition`; a pass
     given it as ``start`` (with the actor's weights of that moment) continues as if never stopped; its
-    losses then begin with the position's last ``LOSSES_KEPT``.
+    losses then begin with the position's last ``LOSSES_KEPT``. ``on_step(step, loss)`` is called after each
+    step with the step's number (from 0) and its loss, still a tensor on the device (for logging).
     """
     world = world or World()
     rng = np.random.default_rng(rank_seed(seed, world.rank))
@@ -309,6 +311,8 @@ def pretrain_actor(
         average_gradients(actor.parameters())
         optimizer.step()
         losses.append(loss.detach())  # read once at the end: a step does not wait for the device
+        if on_step is not None:
+            on_step(step, losses[-1])
     return torch.stack(losses).tolist() if losses else []
 
 

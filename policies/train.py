@@ -4,7 +4,8 @@ A run lives in ``runs/<task>__<algo>__<seed>__<time>/``:
 
 - ``config.json``: the :class:`TrainConfig` it was started with;
 - ``tb/``: tensorboard events (SB3's ``rollout/``, ``train/``, ``time/`` keys, periodic ``eval/``)
-  and ``progress.csv``;
+  and ``progress.csv``; before RL, the imitation stage's ``imitation/bc_loss`` and
+  ``time/bc_steps_per_s``, at cloning steps counted over BC and every DAgger round;
 - ``checkpoints/latest/`` (and ``checkpoints/step_<k>/`` if ``keep_checkpoints``): the inference
   policy (``policy.safetensors`` + ``policy.json``, for :func:`ecrl.load`) and the full training
   state (``training.safetensors`` with every network and optimizer, ``training.json``,
@@ -46,6 +47,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+from torch.utils.tensorboard import SummaryWriter
 
 import ecrl.envs  # noqa: F401  (registers ecrl/Push*)
 from ecrl import distributed
@@ -71,11 +73,13 @@ from ecrl.policies.demos import (
 from ecrl.policies.replay import load_replay, save_replay
 from ecrl.policies.sb3 import ENTITY_POLICIES
 from ecrl.policy import Policy
-from ecrl.training import Run, close_run, open_run, start_run, torch_device
+from ecrl.training import Run, WindowLog, close_run, open_run, start_run, torch_device
 
 ALGOS = {"sac": SAC, "td3": TD3, "tqc": TQC}
 DEMOS_FILE = "demos.npz"
 """Where, beside the imitation policy, the demonstrations imitation grew are kept for ``--resume``."""
+BC_LOG_EVERY = 100
+"""Cloning steps between the imitation stage's tensorboard points (``imitation/bc_loss``, ``time/bc_steps_per_s``)."""
 
 
 def _make_env(config: TrainConfig, frames: FrameRows | None = None) -> gym.Env:
@@ -405,6 +409,8 @@ def _imitate(
     progress = config.progress and world.main
     checkpoints = ImitationCheckpoint(run_dir) if world.main and config.checkpoint_every else None
     first, bc_loss, position = resume or (0, None, None)
+    writer = SummaryWriter(str(run_dir / "tb")) if world.main else None
+    log = WindowLog(writer, "time/bc_steps_per_s")
     make_env = partial(_make_env, config, getattr(model, "frame_rows", None))
     for round_ in range(first, config.dagger_iterations + 1):
         if round_ > first:  # DAgger's rollouts of this round (a resumed round has them already)
@@ -424,6 +430,7 @@ def _imitate(
                 checkpoints.save(model.actor, round_, bc_loss, None)
         save = None if checkpoints is None else partial(checkpoints.save, model.actor, round_, bc_loss)
         steps, seed = (config.bc_steps, config.seed) if round_ == 0 else (config.dagger_steps, config.seed + round_ - 1)
+        log.restart()  # the rate counts cloning only, not the rollouts
         losses = pretrain_actor(
             model.actor,
             demos,
@@ -434,9 +441,14 @@ def _imitate(
             start=position if round_ == first else None,
             checkpoint=save,
             checkpoint_every=config.checkpoint_every,
+            on_step=partial(_log_bc_step, log, _bc_steps_before(config, round_), steps),
         )
         if round_ == 0:
             bc_loss = float(np.mean(losses[-LOSSES_KEPT:]))
+        if world.main and losses:
+            print(f"imitation round {round_}: {steps:,} cloning steps, BC loss {np.mean(losses[-LOSSES_KEPT:]):.4g}")
+    if writer is not None:
+        writer.close()
     if not world.main:
         return bc_loss
     if config.algo == "td3":
@@ -447,6 +459,19 @@ def _imitate(
         run_periodic_eval(model, config, model.logger)
         model.logger.dump(0)
     return bc_loss
+
+
+def _bc_steps_before(config: TrainConfig, round_: int) -> int:
+    """The cloning steps of the imitation rounds before ``round_`` (round 0: BC, then DAgger's)."""
+    return 0 if round_ == 0 else config.bc_steps + (round_ - 1) * config.dagger_steps
+
+
+def _log_bc_step(log: WindowLog, before: int, steps: int, step: int, loss: torch.Tensor) -> None:
+    """Add one cloning step's loss to ``log``; every ``BC_LOG_EVERY`` steps and at a round's last, write
+    ``imitation/bc_loss`` and ``time/bc_steps_per_s`` at the cloning step counted over every round."""
+    log.add({"imitation/bc_loss": loss})
+    if (step + 1) % BC_LOG_EVERY == 0 or step + 1 == steps:
+        log.flush(before + step + 1, None, 1)
 
 
 def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:

@@ -95,6 +95,30 @@ def test_demonstrations_seed_the_buffer_and_pretrain(tmp_path):
         assert len(replay["actions"]) == 2 * 150 + 50  # two expert episodes, then 50 RL steps
 
 
+def test_imitation_logs_its_cloning_to_tensorboard_over_every_round(tmp_path, monkeypatch, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import ecrl.policies.train as train_module
+
+    monkeypatch.setattr(train_module, "BC_LOG_EVERY", 4)
+    config = tiny(tmp_path, steps=20, demos=2, bc_steps=6, dagger_iterations=1, dagger_episodes=1, dagger_steps=5)
+    run_dir = train(config).run_dir
+    points: dict[str, list] = {}
+    for events in sorted((run_dir / "tb").glob("events.*")):
+        acc = EventAccumulator(str(events))
+        acc.Reload()
+        for tag in ("imitation/bc_loss", "time/bc_steps_per_s"):
+            if tag in acc.Tags()["scalars"]:
+                points.setdefault(tag, []).extend(acc.Scalars(tag))
+    # every 4 steps and at each round's end, numbered over both rounds: BC 1-6, then DAgger 7-11
+    assert [p.step for p in points["imitation/bc_loss"]] == [4, 6, 10, 11]
+    assert all(np.isfinite(p.value) and p.value > 0 for p in points["imitation/bc_loss"])
+    assert [p.step for p in points["time/bc_steps_per_s"]] == [4, 6, 10, 11]
+    assert all(p.value > 0 for p in points["time/bc_steps_per_s"])
+    out = capsys.readouterr().out
+    assert "imitation round 0: 6 cloning steps" in out and "imitation round 1: 5 cloning steps" in out
+
+
 def test_a_run_that_dies_when_rl_starts_resumes_after_imitation(tmp_path, monkeypatch):
     import ecrl.policies.train as train_module
 
