@@ -443,10 +443,12 @@ def _imitate(
             checkpoint_every=config.checkpoint_every,
             on_step=partial(_log_bc_step, log, _bc_steps_before(config, round_), steps),
         )
-        if round_ == 0:
-            bc_loss = float(np.mean(losses[-LOSSES_KEPT:]))
-        if world.main and losses:
-            print(f"imitation round {round_}: {steps:,} cloning steps, BC loss {np.mean(losses[-LOSSES_KEPT:]):.4g}")
+        if not losses:
+            continue
+        round_loss = float(np.mean(losses[-LOSSES_KEPT:]))
+        bc_loss = round_loss if round_ == 0 else bc_loss
+        if world.main:
+            print(f"imitation round {round_}: {steps:,} cloning steps, BC loss {round_loss:.4g}")
     if writer is not None:
         writer.close()
     if not world.main:
