@@ -30,6 +30,7 @@ import json
 import math
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -343,18 +344,22 @@ def _run_meta(config: DiffusionTrainConfig, demonstrations: int, task: dict[str,
     return meta
 
 
-def train(config: DiffusionTrainConfig, resume: Path | None = None) -> DiffusionTrainResult:
+def train(
+    config: DiffusionTrainConfig, resume: Path | None = None, session: Mapping[str, Any] | None = None
+) -> DiffusionTrainResult:
     """Train (or, with ``resume``, continue) a diffusion planner; returns what the run did.
 
     With ``resume`` (a run directory) the run's own ``config.json`` is used, except for ``steps``,
     which may be raised to extend a finished run, and how it runs (``threads``, ``device``,
     ``progress``, ``precision``, ``compile``). Under ``torchrun`` every process calls it and trains
-    its share of each batch (see the module's docstring).
+    its share of each batch (see the module's docstring). ``session`` is logged with each session in
+    ``sessions.jsonl`` (`ecrl-train-diffusion`'s final-evaluation settings).
     """
     algo = lambda c: "diffusion" if c.planner == "flat" else "hdiffusion"  # noqa: E731
     if resume is None:
         config = config.for_dataset(read_meta(config.dataset))
     run = start_run(DiffusionTrainConfig, config, resume, "a diffusion", lambda c: f"{c.dataset.name}__{algo(c)}")
+    run.record = dict(session or {})
     with distributed.session(torch_device(run.config.device)) as (world, device):
         run.dir = distributed.broadcast(run.dir)  # a new run's name has the time in it: rank 0's
         return _train(run, world, device)

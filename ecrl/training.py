@@ -13,7 +13,7 @@ import time
 import typing
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -112,6 +112,8 @@ class Run:
     dir: Path
     config: Any
     resumed: bool
+    record: dict[str, Any] = field(default_factory=dict)
+    """What :func:`open_run` logs with each session besides how it runs (e.g. a CLI's final-evaluation settings)."""
 
     @property
     def checkpoint(self) -> Path:
@@ -152,8 +154,8 @@ def start_run(
 
 def open_run(run: Run, step: int, **record: Any) -> None:
     """Create a new run's directory (``config.json``, ``provenance.json``) and log the session's start at
-    ``step`` in ``sessions.jsonl``, with how it runs (device, threads, … which a resumed run may change)
-    and ``record`` (e.g. how many processes share the batch)."""
+    ``step`` in ``sessions.jsonl``, with how it runs (device, threads, … which a resumed run may change),
+    the run's own ``record`` and ``record`` (e.g. how many processes share the batch)."""
     if not run.resumed:
         if run.dir.exists():
             raise FileExistsError(f"run directory {run.dir} exists; pick another --name or pass --resume {run.dir}")
@@ -161,7 +163,7 @@ def open_run(run: Run, step: int, **record: Any) -> None:
         (run.dir / "config.json").write_text(json.dumps(run.config.to_json(), indent=2) + "\n")
         (run.dir / "provenance.json").write_text(json.dumps(provenance(), indent=2) + "\n")
     how = {name: getattr(run.config, name) for name in _HOW_IT_RUNS if hasattr(run.config, name)}
-    _session(run.dir, {"start_step": step, "time": time.time(), "resumed": run.resumed, **how, **record})
+    _session(run.dir, {"start_step": step, "time": time.time(), "resumed": run.resumed, **how, **run.record, **record})
 
 
 def close_run(run: Run, step: int, wall_s: float, **summary: Any) -> None:

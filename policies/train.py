@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -476,14 +476,16 @@ def _log_bc_step(log: WindowLog, before: int, steps: int, step: int, loss: torch
         log.flush(before + step + 1, None, 1)
 
 
-def train(config: TrainConfig, resume: Path | None = None) -> TrainResult:
+def train(config: TrainConfig, resume: Path | None = None, session: Mapping[str, Any] | None = None) -> TrainResult:
     """Run (or, with ``resume`` = a run directory, continue) one training run. Returns where it went.
 
     With ``resume`` the run's own ``config.json`` is used, except for ``steps``, which may be raised to
     extend a finished run, and ``threads``, ``device`` and ``progress`` (:func:`ecrl.training.start_run`).
     Under ``torchrun`` every process calls it; the processes other than rank 0 return after imitation.
+    ``session`` is logged with each session in ``sessions.jsonl`` (`ecrl-train`'s final-evaluation settings).
     """
     run = start_run(TrainConfig, config, resume, "an RL", lambda c: f"{c.task}__{c.algo}", IMITATION_STATE)
+    run.record = dict(session or {})
     with distributed.session(torch_device(run.config.device)) as (world, device):
         run.dir = distributed.broadcast(run.dir)  # a new run's name has the time in it: rank 0's
         return _train(run, world, device)

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import fields
 from typing import Any, TypeVar
 
-__all__ = ["cli_errors", "config_of", "training_config_of"]
+__all__ = ["cli_errors", "config_of", "on_command_line", "training_config_of"]
 
 T = TypeVar("T")
 
@@ -26,9 +26,14 @@ def training_config_of(args: Any, cls: type[T], argv: Sequence[str]) -> T:
     of 80k steps resumed without ``--steps`` went on to the 120k default, with its learning-rate
     schedule stretched to match)."""
     config = config_of(args, cls)
-    if getattr(args, "resume", None) is not None and not any(a == "--steps" or a.startswith("--steps=") for a in argv):
+    if getattr(args, "resume", None) is not None and not on_command_line(argv, "--steps"):
         config.steps = 1  # resume_config keeps the larger of the run's steps and this: the run's own
     return config
+
+
+def on_command_line(argv: Sequence[str], flag: str) -> bool:
+    """Whether the option ``flag`` (``--steps``) was given in ``argv``, as ``--steps 5`` or ``--steps=5``."""
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
 
 
 @contextmanager

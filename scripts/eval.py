@@ -60,11 +60,12 @@ from __future__ import annotations
 
 import csv
 import functools
+import json
 import shlex
 import shutil
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -80,7 +81,7 @@ from ecrl.focus import Focus
 from ecrl.parallel import PolicyLoader, check_workers
 from ecrl.policy import CONFIG, Policy
 from ecrl.scripts import eval_compare
-from ecrl.scripts.cli import cli_errors
+from ecrl.scripts.cli import cli_errors, on_command_line
 from ecrl.training import parse_assignment
 
 EXPERT = "expert"
@@ -345,6 +346,25 @@ class FinalEvaluation:
     final_eval_episodes: int = 50
     """Episodes per number of objects (and split part, or OGBench task) of that evaluation."""
 
+    def of_call(self, resume: Path | None, argv: Sequence[str]) -> FinalEvaluation:
+        """The final evaluation of a call with ``argv``: these settings, except that a resumed run (``resume``)
+        keeps the ones its sessions recorded (:meth:`session_record`) for each option not in ``argv``. (A run
+        started with ``--final-eval-objects`` and nothing after it, resumed without the option, once ran the
+        default evaluation at N = 1-8 with the expert: over an hour for a planner from pixels.)"""
+        own = FinalEvaluation(self.final_eval_objects, self.final_eval_episodes)
+        recorded = _recorded_final_evaluation(resume) if resume is not None else None
+        if recorded is None:
+            return own
+        kept = {
+            name: value for name, value in recorded.items() if not on_command_line(argv, "--" + name.replace("_", "-"))
+        }
+        return replace(own, **kept)
+
+    def session_record(self) -> dict:
+        """What a training run logs with each session in ``sessions.jsonl`` for :meth:`of_call` to read back."""
+        objects = None if self.final_eval_objects is None else list(self.final_eval_objects)
+        return {"final_eval": {"final_eval_objects": objects, "final_eval_episodes": self.final_eval_episodes}}
+
     def run_final_evaluation(self, run_dir: Path, progress: bool) -> None:
         """`ecrl-eval run_dir` with these settings (nothing with no numbers of objects)."""
         objects = self.final_eval_objects
@@ -355,6 +375,22 @@ class FinalEvaluation:
         if objects:
             quiet = [] if progress else ["--no-progress"]
             main([str(run_dir), "--objects", *map(str, objects), "--episodes", str(self.final_eval_episodes), *quiet])
+
+
+def _recorded_final_evaluation(run_dir: Path) -> dict | None:
+    """The final-evaluation settings the last session of ``run_dir`` that recorded them logged, or ``None``
+    (no such session: a run started before they were recorded, or no ``sessions.jsonl``)."""
+    sessions = Path(run_dir) / "sessions.jsonl"
+    if not sessions.exists():
+        return None
+    records = [json.loads(line) for line in sessions.read_text().splitlines() if line.strip()]
+    recorded = [r["final_eval"] for r in records if "final_eval" in r]
+    if not recorded:
+        return None
+    settings = dict(recorded[-1])
+    if settings["final_eval_objects"] is not None:
+        settings["final_eval_objects"] = tuple(settings["final_eval_objects"])
+    return settings
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -45,18 +45,20 @@ class TrainArgs(TrainConfig, FinalEvaluation):
 
     resume: Path | None = None
     """Continue the run in this directory from checkpoints/latest/, or, killed before RL started, its imitation stage
-    from checkpoints/imitation/ (its config.json is used; other options are ignored)."""
+    from checkpoints/imitation/ (its config.json is used; other options are ignored, except --final-eval-* given again: without them, the
+    final evaluation of the run's first call)."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `ecrl-train`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = tyro.cli(TrainArgs, args=argv, description=__doc__)
-    result = train(training_config_of(args, TrainConfig, argv), resume=args.resume)
+    final = FinalEvaluation.of_call(args, args.resume, argv)
+    result = train(training_config_of(args, TrainConfig, argv), resume=args.resume, session=final.session_record())
     if not is_main():  # under torchrun, rank 0 trains the RL stage, reports and evaluates
         return
     print(f"run directory: {result.run_dir}  env steps: {result.env_steps}  wall: {result.wall_s:.0f} s")
-    args.run_final_evaluation(result.run_dir, args.progress)
+    final.run_final_evaluation(result.run_dir, args.progress)
 
 
 if __name__ == "__main__":

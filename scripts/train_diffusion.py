@@ -57,22 +57,25 @@ class TrainDiffusionArgs(DiffusionTrainConfig, FinalEvaluation):
     """Options of `ecrl-train-diffusion` (a training config plus what to do around it)."""
 
     resume: Path | None = None
-    """Continue the run in this directory from checkpoints/latest/ (its config.json is used, except a larger --steps)."""
+    """Continue the run in this directory from checkpoints/latest/ (its config.json is used, except a larger --steps; the final evaluation is the first call's unless
+    --final-eval-* are given again)."""
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of `ecrl-train-diffusion`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = tyro.cli(TrainDiffusionArgs, args=argv, description=__doc__)
+    final = FinalEvaluation.of_call(args, args.resume, argv)
     with cli_errors("ecrl-train-diffusion", (DatasetError, FileExistsError, FileNotFoundError, ValueError)):
-        result = train(training_config_of(args, DiffusionTrainConfig, argv), resume=args.resume)
+        config = training_config_of(args, DiffusionTrainConfig, argv)
+        result = train(config, resume=args.resume, session=final.session_record())
     if not is_main():  # under torchrun, rank 0 reports and evaluates
         return
     print(
         f"run directory: {result.run_dir}  gradient steps: {result.steps}  wall: {result.wall_s:.0f} s  "
         f"loss: {result.loss:.4f}  windows/s: {result.windows_per_s:.0f}"
     )
-    args.run_final_evaluation(result.run_dir, args.progress)
+    final.run_final_evaluation(result.run_dir, args.progress)
 
 
 if __name__ == "__main__":

@@ -149,6 +149,41 @@ def test_cli_help_and_a_missing_dataset(tmp_path, capsys):
     assert "nothing" in capsys.readouterr().err
 
 
+def test_a_resumed_run_keeps_the_final_evaluation_of_its_first_call(push1_demos, tmp_path, monkeypatch):
+    """``--final-eval-*`` are options of a call, not of the experiment; a resumed run without them once ran
+    the default final evaluation (N = 1-8 with the expert) that its first call had turned off."""
+    import ecrl.scripts.eval as eval_cli
+
+    evaluations = []
+    monkeypatch.setattr(eval_cli, "main", lambda argv: evaluations.append(argv[1:]))
+    tiny = ["--denoiser.width", "16", "--denoiser.heads", "2", "--denoiser.blocks", "1", "--denoiser.horizon", "4"]
+    tiny += ["--denoiser.diffusion-steps", "20", "--sampling-steps", "2", "--batch-size", "8", "--warmup", "1"]
+    tiny += ["--eval-every", "0", "--no-progress", "--threads", "1"]
+    run = tmp_path / "run"
+    main(["--dataset", str(push1_demos), "--runs-dir", str(tmp_path), "--name", "run", "--steps", "2", *tiny,
+          "--final-eval-objects"])  # fmt: skip
+    main(["--resume", str(run), "--steps", "3", "--no-progress"])
+    assert evaluations == []  # the first call's: none
+    main(["--resume", str(run), "--steps", "4", "--final-eval-objects", "1", "3", "--final-eval-episodes=2"])
+    main(["--resume", str(run), "--steps", "5", "--final-eval-episodes", "4"])  # objects from the last session
+    assert [argv[:5] for argv in evaluations] == [["--objects", "1", "3", "--episodes", "2"]] + [
+        ["--objects", "1", "3", "--episodes", "4"]
+    ]
+    sessions = [json.loads(line) for line in (run / "sessions.jsonl").read_text().splitlines()]
+    recorded = [s["final_eval"] for s in sessions if "start_step" in s]
+    assert [r["final_eval_objects"] for r in recorded] == [[], [], [1, 3], [1, 3]]
+    assert [r["final_eval_episodes"] for r in recorded] == [50, 50, 2, 4]
+
+
+def test_a_run_from_before_the_final_evaluation_was_recorded_resumes_with_the_calls_settings(tmp_path):
+    from ecrl.scripts.eval import FinalEvaluation
+
+    (tmp_path / "sessions.jsonl").write_text(json.dumps({"start_step": 0, "threads": 1}) + "\n")
+    given = FinalEvaluation((2,), 7)
+    assert given.of_call(tmp_path, ["--resume", str(tmp_path)]) == given
+    assert given.of_call(None, []) == given
+
+
 def test_fresh_noise_is_the_default_and_fixed_noise_repeats_plans(policy):
     assert policy.module.fixed_noise is False
     env = gym.make("ecrl/Push-v0", n_objects=2)
