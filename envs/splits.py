@@ -262,7 +262,19 @@ SKILL_SHAPE = CompositionalSplit(
     skills=("push", "pick_place", "stack"),
     embodiment="fetch",
 )
-"""Preset (Fetch): cylinders never stacked and spheres never picked and placed in training."""
+"""Preset (Fetch): cylinders never stacked and spheres never picked and placed in training. Spheres cannot be
+stacked, so a sphere is only ever pushed in training: its held-out pair asks for a grasp the data never shows
+(``results/fetch_skill_shape/``); :data:`SKILL_SHAPE_GRASP` holds out pairs whose shapes are each grasped."""
+
+SKILL_SHAPE_GRASP = CompositionalSplit(
+    held_out=(HeldOut("shape", "cylinder", "skill", "stack"), HeldOut("shape", "cube", "skill", "pick_place")),
+    goals=("positions",),
+    skills=("push", "pick_place", "stack"),
+    embodiment="fetch",
+)
+"""Preset (Fetch): cylinders never stacked and cubes never picked and placed in training; each held-out shape is
+grasped in training by the other skill (cubes in towers, cylinders picked and placed), so a test task is an unseen
+combination of a shape and a skill that were each seen, not an unseen grasp."""
 
 SKILL_COLOUR = CompositionalSplit(
     held_out=(HeldOut("colour", "red", "skill", "stack"), HeldOut("colour", "blue", "skill", "pick_place")),
@@ -276,5 +288,6 @@ SPLITS: dict[str, CompositionalSplit] = {
     "colour_shape": COLOUR_SHAPE,
     "shape_goal": SHAPE_GOAL,
     "skill_shape": SKILL_SHAPE,
+    "skill_shape_grasp": SKILL_SHAPE_GRASP,
     "skill_colour": SKILL_COLOUR,
 }

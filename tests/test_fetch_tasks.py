@@ -10,6 +10,7 @@ from ecrl.envs import (
     GOAL_FIELDS,
     SKILL_COLOUR,
     SKILL_SHAPE,
+    SKILL_SHAPE_GRASP,
     CompositionalSplit,
     FetchExpert,
     HeldOut,
@@ -88,9 +89,11 @@ def test_pick_place_takes_cluster_goals(make, goal):
     assert gaps.min() > 2 * env.unwrapped._sizes.max()  # never overlapping
 
 
-@pytest.mark.parametrize("split", [SKILL_SHAPE, SKILL_COLOUR], ids=["skill_shape", "skill_colour"])
+@pytest.mark.parametrize(
+    "split", [SKILL_SHAPE, SKILL_SHAPE_GRASP, SKILL_COLOUR], ids=["skill_shape", "skill_shape_grasp", "skill_colour"]
+)
 def test_skill_splits_hold_out_skill_combinations(split):
-    skills = set()
+    skills, seen = set(), set()
     for seed in range(200):
         train, test = split.sample(seed, "train", 3), split.sample(seed, "test", 3)
         assert not split.is_test(train) and split.is_test(test)
@@ -98,11 +101,18 @@ def test_skill_splits_hold_out_skill_combinations(split):
         for spec in (train, test):
             if spec.skill == "stack":
                 assert all(o.shape != "sphere" for o in spec.objects)
-        if split is SKILL_SHAPE:
+        if split in (SKILL_SHAPE, SKILL_SHAPE_GRASP):
             assert not (train.skill == "stack" and any(o.shape == "cylinder" for o in train.objects))
+        if split is SKILL_SHAPE_GRASP:
+            assert not (train.skill == "pick_place" and any(o.shape == "cube" for o in train.objects))
+            if test.skill == "pick_place":
+                assert any(o.shape == "cube" for o in test.objects)
+            seen |= {(o.shape, train.skill) for o in train.objects}
         skills |= {train.skill, test.skill}
     assert skills == {"push", "pick_place", "stack"}
     assert CompositionalSplit.from_json(split.to_json()) == split
+    if split is SKILL_SHAPE_GRASP:  # each held-out shape is grasped in training by the other skill
+        assert {("cube", "stack"), ("cylinder", "pick_place")} <= seen
 
 
 def test_env_on_a_skill_split_resets_into_that_part(make):
