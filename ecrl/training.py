@@ -155,7 +155,7 @@ def start_run(
 def open_run(run: Run, step: int, **record: Any) -> None:
     """Create a new run's directory (``config.json``, ``provenance.json``) and log the session's start at
     ``step`` in ``sessions.jsonl``, with how it runs (device, threads, … which a resumed run may change),
-    the run's own ``record`` and ``record`` (e.g. how many processes share the batch)."""
+    ``run.record`` and this call's ``record`` (e.g. how many processes share the batch)."""
     if not run.resumed:
         if run.dir.exists():
             raise FileExistsError(f"run directory {run.dir} exists; pick another --name or pass --resume {run.dir}")
