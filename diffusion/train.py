@@ -358,8 +358,8 @@ def train(
     algo = lambda c: "diffusion" if c.planner == "flat" else "hdiffusion"  # noqa: E731
     if resume is None:
         config = config.for_dataset(read_meta(config.dataset))
-    run = start_run(DiffusionTrainConfig, config, resume, "a diffusion", lambda c: f"{c.dataset.name}__{algo(c)}")
-    run.record = dict(session or {})
+    stem = lambda c: f"{c.dataset.name}__{algo(c)}"  # noqa: E731
+    run = start_run(DiffusionTrainConfig, config, resume, "a diffusion", stem, record=session)
     with distributed.session(torch_device(run.config.device)) as (world, device):
         run.dir = distributed.broadcast(run.dir)  # a new run's name has the time in it: rank 0's
         return _train(run, world, device)

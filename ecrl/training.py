@@ -128,6 +128,7 @@ def start_run(
     what: str,
     stem: Callable[[Any], str],
     also_resumable: str | None = None,
+    record: Mapping[str, Any] | None = None,
 ) -> Run:
     """The run every training (RL, diffusion, encoders) starts with; nothing is written yet (:func:`open_run`).
 
@@ -135,10 +136,11 @@ def start_run(
     ``also_resumable`` names relative to it, e.g. a checkpoint of a stage before the first): that run, with its
     own config (:func:`resume_config`: a larger ``steps`` extends it). Otherwise a new run of
     ``config`` in ``runs_dir/<name>``, by default ``<stem(config)>__<seed>__<time>`` (``stem``: task
-    or dataset, then algorithm or kind). Sets torch's CPU threads to the config's ``threads``.
+    or dataset, then algorithm or kind). ``record`` is logged with each session (:attr:`Run.record`). Sets
+    torch's CPU threads to the config's ``threads``.
     """
     if resume is not None:
-        run = Run(Path(resume), resume_config(cls, config, resume, what), True)
+        run = Run(Path(resume), resume_config(cls, config, resume, what), True, dict(record or {}))
         if not (run.checkpoint / "training.json").exists() and not (
             also_resumable is not None and (run.dir / also_resumable).exists()
         ):
@@ -146,7 +148,7 @@ def start_run(
             raise FileNotFoundError(f"{resume} has no checkpoint to resume (checkpoints/latest/training.json{also})")
     else:
         name = config.name or f"{stem(config)}__{config.seed}__{time.strftime('%Y%m%d-%H%M%S')}"
-        run = Run(config.runs_dir / name, config, False)
+        run = Run(config.runs_dir / name, config, False, dict(record or {}))
     if config.threads:
         torch.set_num_threads(config.threads)
     return run

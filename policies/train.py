@@ -484,8 +484,7 @@ def train(config: TrainConfig, resume: Path | None = None, session: Mapping[str,
     Under ``torchrun`` every process calls it; the processes other than rank 0 return after imitation.
     ``session`` is logged with each session in ``sessions.jsonl`` (`ecrl-train`'s final-evaluation settings).
     """
-    run = start_run(TrainConfig, config, resume, "an RL", lambda c: f"{c.task}__{c.algo}", IMITATION_STATE)
-    run.record = dict(session or {})
+    run = start_run(TrainConfig, config, resume, "an RL", lambda c: f"{c.task}__{c.algo}", IMITATION_STATE, session)
     with distributed.session(torch_device(run.config.device)) as (world, device):
         run.dir = distributed.broadcast(run.dir)  # a new run's name has the time in it: rank 0's
         return _train(run, world, device)
