@@ -276,6 +276,15 @@ SKILL_SHAPE_GRASP = CompositionalSplit(
 grasped in training by the other skill (cubes in towers, cylinders picked and placed), so a test task is an unseen
 combination of a shape and a skill that were each seen, not an unseen grasp."""
 
+SKILL_SHAPE_SINGLE = CompositionalSplit(
+    held_out=(HeldOut("shape", "cube", "skill", "pick_place"),),
+    goals=("positions",),
+    skills=("push", "pick_place", "stack"),
+    embodiment="fetch",
+)
+"""Preset (Fetch): a single held-out pair, cubes never picked and placed in training. Cylinders are both stacked and
+picked and placed, so the skill of a task with a cylinder is read from its goal rows, never from its shapes."""
+
 SKILL_COLOUR = CompositionalSplit(
     held_out=(HeldOut("colour", "red", "skill", "stack"), HeldOut("colour", "blue", "skill", "pick_place")),
     goals=("positions",),
@@ -289,5 +298,6 @@ SPLITS: dict[str, CompositionalSplit] = {
     "shape_goal": SHAPE_GOAL,
     "skill_shape": SKILL_SHAPE,
     "skill_shape_grasp": SKILL_SHAPE_GRASP,
+    "skill_shape_single": SKILL_SHAPE_SINGLE,
     "skill_colour": SKILL_COLOUR,
 }

@@ -11,6 +11,7 @@ from ecrl.envs import (
     SKILL_COLOUR,
     SKILL_SHAPE,
     SKILL_SHAPE_GRASP,
+    SKILL_SHAPE_SINGLE,
     CompositionalSplit,
     FetchExpert,
     HeldOut,
@@ -90,10 +91,12 @@ def test_pick_place_takes_cluster_goals(make, goal):
 
 
 @pytest.mark.parametrize(
-    "split", [SKILL_SHAPE, SKILL_SHAPE_GRASP, SKILL_COLOUR], ids=["skill_shape", "skill_shape_grasp", "skill_colour"]
+    "split",
+    [SKILL_SHAPE, SKILL_SHAPE_GRASP, SKILL_SHAPE_SINGLE, SKILL_COLOUR],
+    ids=["skill_shape", "skill_shape_grasp", "skill_shape_single", "skill_colour"],
 )
 def test_skill_splits_hold_out_skill_combinations(split):
-    skills, seen = set(), set()
+    skills, seen, test_skills = set(), set(), set()
     for seed in range(200):
         train, test = split.sample(seed, "train", 3), split.sample(seed, "test", 3)
         assert not split.is_test(train) and split.is_test(test)
@@ -103,16 +106,20 @@ def test_skill_splits_hold_out_skill_combinations(split):
                 assert all(o.shape != "sphere" for o in spec.objects)
         if split in (SKILL_SHAPE, SKILL_SHAPE_GRASP):
             assert not (train.skill == "stack" and any(o.shape == "cylinder" for o in train.objects))
-        if split is SKILL_SHAPE_GRASP:
+        if split in (SKILL_SHAPE_GRASP, SKILL_SHAPE_SINGLE):
             assert not (train.skill == "pick_place" and any(o.shape == "cube" for o in train.objects))
             if test.skill == "pick_place":
                 assert any(o.shape == "cube" for o in test.objects)
             seen |= {(o.shape, train.skill) for o in train.objects}
         skills |= {train.skill, test.skill}
+        test_skills.add(test.skill)
     assert skills == {"push", "pick_place", "stack"}
     assert CompositionalSplit.from_json(split.to_json()) == split
     if split is SKILL_SHAPE_GRASP:  # each held-out shape is grasped in training by the other skill
         assert {("cube", "stack"), ("cylinder", "pick_place")} <= seen
+    if split is SKILL_SHAPE_SINGLE:  # cylinders do both skills, cubes are stacked, the one test skill is pick_place
+        assert {("cube", "stack"), ("cylinder", "stack"), ("cylinder", "pick_place")} <= seen
+        assert test_skills == {"pick_place"}
 
 
 def test_env_on_a_skill_split_resets_into_that_part(make):
