@@ -248,8 +248,14 @@ def load_checkpoint(model, ckpt: Path) -> None:
         load_replay(model.replay_buffer, ckpt / "replay.npz")
 
 
+def _passed_multiple(every: int, last: int, now: int) -> bool:
+    """Whether a multiple of ``every`` env steps lies in ``(last, now]``: periodic work then falls on the same steps
+    whether or not the run was resumed in between (a run resumed at 10k with ``every`` 8k evaluates at 16k, not 18k)."""
+    return every > 0 and now // every > last // every
+
+
 class CheckpointCallback(BaseCallback):
-    """Saves ``checkpoints/latest/`` every ``every`` env steps."""
+    """Saves ``checkpoints/latest/`` at every multiple of ``checkpoint_every`` env steps."""
 
     def __init__(self, config: TrainConfig, run_dir: Path) -> None:
         super().__init__()
@@ -260,15 +266,14 @@ class CheckpointCallback(BaseCallback):
         self._last = self.model.num_timesteps
 
     def _on_step(self) -> bool:
-        every = self.config.checkpoint_every
-        if every and self.model.num_timesteps - self._last >= every:
+        if _passed_multiple(self.config.checkpoint_every, self._last, self.model.num_timesteps):
             self._last = self.model.num_timesteps
             save_checkpoint(self.model, self.config, self.run_dir, self.config.save_replay)
         return True
 
 
 class PeriodicEvalCallback(BaseCallback):
-    """Every ``every`` env steps, evaluates the current policy on several N and logs ``eval/…``."""
+    """At every multiple of ``eval_every`` env steps, evaluates the current policy on several N and logs ``eval/…``."""
 
     def __init__(self, config: TrainConfig) -> None:
         super().__init__()
@@ -279,7 +284,7 @@ class PeriodicEvalCallback(BaseCallback):
         self._last = self.model.num_timesteps
 
     def _on_step(self) -> bool:
-        if self.config.eval_every and self.model.num_timesteps - self._last >= self.config.eval_every:
+        if _passed_multiple(self.config.eval_every, self._last, self.model.num_timesteps):
             self._last = self.model.num_timesteps
             run_periodic_eval(self.model, self.config, self.logger)
         return True

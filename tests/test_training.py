@@ -253,6 +253,35 @@ def test_bad_config_is_refused(tmp_path, kw, match):
         tiny(tmp_path, **kw)
 
 
+@pytest.mark.parametrize("n_envs", [1, 3])
+def test_periodic_evaluation_falls_on_the_same_steps_after_a_resume(tmp_path, monkeypatch, n_envs):
+    """A run resumed between two evaluations evaluates at the next multiple of eval_every, as the same run
+    without the interruption does (before: eval_every after the resume, so a 16k run resumed at 10k never evaluated
+    at 16k), and with several envs at the first step past each multiple."""
+    import ecrl.policies.train as train_module
+
+    config = tiny(tmp_path, eval_every=8000)
+    seen: list[int] = []
+    monkeypatch.setattr(
+        train_module, "run_periodic_eval", lambda model, config, logger: seen.append(model.num_timesteps)
+    )
+
+    def steps(start: int, end: int) -> list[int]:
+        callback = train_module.PeriodicEvalCallback(config)
+        callback.model = type("Model", (), {"num_timesteps": start, "logger": None})()
+        callback._on_training_start()
+        before = len(seen)
+        for now in range(start + n_envs, end + 1, n_envs):
+            callback.model.num_timesteps = now
+            callback._on_step()
+        return seen[before:]
+
+    whole = steps(0, 16000 + n_envs)
+    assert whole == [-(-8000 // n_envs) * n_envs, -(-16000 // n_envs) * n_envs]
+    first = steps(0, 10002 - 10002 % n_envs)
+    assert first + steps(10002 - 10002 % n_envs, 16000 + n_envs) == whole
+
+
 def test_existing_run_dir_and_missing_resume_are_clear_errors(tmp_path):
     (tmp_path / "run").mkdir()
     with pytest.raises(FileExistsError, match="--resume"):
