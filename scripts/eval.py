@@ -253,7 +253,7 @@ def run(args: Args, policy, objects: tuple[int, ...], kwargs: dict, command: str
     ceiling = args.expert and args.path != EXPERT and env in ("push", "fetch")
     expert = evaluate(expert_source(env), objects, **kwargs) if ceiling else None
     write_report(report, out, command, expert=expert)
-    run_dir = Path(args.path)
+    run_dir = _run_dir(Path(args.path))
     if args.path != EXPERT and (run_dir / "tb" / "progress.csv").exists():
         plot_learning_curve(run_dir / "tb" / "progress.csv", out / "learning_curve.png")
     if args.copy_policy and args.path != EXPERT:
@@ -391,6 +391,14 @@ def _recorded_final_evaluation(run_dir: Path) -> dict | None:
     if settings["final_eval_objects"] is not None:
         settings["final_eval_objects"] = tuple(settings["final_eval_objects"])
     return settings
+
+
+def _run_dir(path: Path) -> Path:
+    """The run directory behind a checkpoint: ``path`` itself, or the run that holds it as ``final/``,
+    ``imitation/`` or another subfolder (its parent has the run's ``config.json``)."""
+    if not (path / "config.json").exists() and (path.parent / "config.json").exists():
+        return path.parent
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> None:

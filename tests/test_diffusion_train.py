@@ -290,6 +290,43 @@ def test_eval_cli_sets_policy_options_and_copies_them(policy, tmp_path, capsys):
         assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_eval_cli_copies_the_training_record_of_a_policy_inside_its_run(policy, tmp_path):
+    """`ecrl-eval runs/<run>/final --copy-policy` copies the run's config, training log and sessions (they are in the
+    run directory, the parent of `final/`), as it does for the run directory itself."""
+    from ecrl.scripts.eval import main as eval_main
+
+    run = tmp_path / "run"
+    (run / "tb").mkdir(parents=True)
+    (run / "config.json").write_text('{"name": "run"}')
+    (run / "tb" / "progress.csv").write_text("time/total_timesteps,rollout/success_rate\n1000,0.5\n")
+    (run / "sessions.jsonl").write_text('{"start_step": 0}\n')
+    policy.save(run / "final")
+    policy.save(run)
+    for path in (run / "final", run):
+        out = tmp_path / f"out_{path.name}"
+        eval_main(
+            [
+                str(path),
+                "--objects",
+                "1",
+                "--episodes",
+                "1",
+                "--no-progress",
+                "--no-expert",
+                "--copy-policy",
+                "--policy-options",
+                "sampling_steps=2",
+                "--out",
+                str(out),
+            ]
+        )
+        copied = out / "policy"
+        assert (copied / "train_config.json").read_text() == '{"name": "run"}'
+        assert (copied / "train_progress.csv").read_text().startswith("time/total_timesteps")
+        assert (copied / "train_sessions.jsonl").read_text() == '{"start_step": 0}\n'
+        assert (out / "learning_curve.png").exists()
+
+
 def test_eval_cli_focus_labels_the_report_rule_assisted_and_copies_the_plain_policy(policy, tmp_path, capsys):
     from ecrl.scripts.eval import main as eval_main
 
