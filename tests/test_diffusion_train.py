@@ -304,22 +304,8 @@ def test_eval_cli_copies_the_training_record_of_a_policy_inside_its_run(policy, 
     policy.save(run)
     for path in (run / "final", run):
         out = tmp_path / f"out_{path.name}"
-        eval_main(
-            [
-                str(path),
-                "--objects",
-                "1",
-                "--episodes",
-                "1",
-                "--no-progress",
-                "--no-expert",
-                "--copy-policy",
-                "--policy-options",
-                "sampling_steps=2",
-                "--out",
-                str(out),
-            ]
-        )
+        options = "--objects 1 --episodes 1 --no-progress --no-expert --copy-policy --policy-options sampling_steps=2"
+        eval_main([str(path), *options.split(), "--out", str(out)])
         copied = out / "policy"
         assert (copied / "train_config.json").read_text() == '{"name": "run"}'
         assert (copied / "train_progress.csv").read_text().startswith("time/total_timesteps")
