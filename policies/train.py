@@ -44,7 +44,7 @@ from sb3_contrib import TQC
 from stable_baselines3 import SAC, TD3, HerReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.logger import configure
+from stable_baselines3.common.logger import CSVOutputFormat, Logger, make_output_format
 from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 from torch.utils.tensorboard import SummaryWriter
@@ -246,6 +246,25 @@ def load_checkpoint(model, ckpt: Path) -> None:
     _load_training_state(model, load_file(str(ckpt / "training.safetensors")), meta)
     if (ckpt / "replay.npz").exists():
         load_replay(model.replay_buffer, ckpt / "replay.npz")
+
+
+class _ContinuedCSV(CSVOutputFormat):
+    """SB3's ``progress.csv``, continued where a run's earlier sessions left it: SB3's own format truncates the
+    file, so a resumed run's training log (and the learning curve drawn from it) kept only its last session."""
+
+    def __init__(self, filename: Path) -> None:
+        filename.touch()
+        self.file = open(filename, "r+")  # noqa: SIM115  (closed by the logger, as SB3's)
+        header = self.file.readline().rstrip("\n")
+        self.keys = header.split(",") if header else []
+        self.file.seek(0, 2)  # new rows after the old ones
+        self.separator, self.quotechar = ",", '"'
+
+
+def _run_logger(folder: Path) -> Logger:
+    """The training logger: tensorboard events and ``progress.csv`` in ``folder`` (a run's ``tb/``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return Logger(str(folder), [make_output_format("tensorboard", str(folder)), _ContinuedCSV(folder / "progress.csv")])
 
 
 def _passed_multiple(every: int, last: int, now: int) -> bool:
@@ -524,7 +543,7 @@ def _train(run: Run, world: distributed.World, device: torch.device) -> TrainRes
         load_checkpoint(model, run.checkpoint)
     if main:
         open_run(run, int(model.num_timesteps), **world.describe(BC_BATCH, "bc_"))
-        model.set_logger(configure(str(run_dir / "tb"), ["tensorboard", "csv"]))
+        model.set_logger(_run_logger(run_dir / "tb"))
     started = time.perf_counter()
     result = TrainResult(run_dir=run_dir, env_steps=0, wall_s=0.0)
 

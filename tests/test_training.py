@@ -253,6 +253,32 @@ def test_bad_config_is_refused(tmp_path, kw, match):
         tiny(tmp_path, **kw)
 
 
+def test_a_resumed_run_continues_its_progress_csv(tmp_path):
+    """Each session of a run opens tb/progress.csv again: the rows of the earlier sessions stay (SB3's own CSV
+    format truncated them), and a key new in this session widens the old rows with empty cells."""
+    from ecrl.policies.train import _run_logger
+
+    folder = tmp_path / "tb"
+    for session, rows in enumerate(
+        ([{"steps": 1, "loss": 0.5}, {"steps": 2, "loss": 0.25}], [{"steps": 3, "loss": 0.125}])
+    ):
+        logger = _run_logger(folder)
+        for row in rows:
+            for key, value in row.items():
+                logger.record(key, value)
+            if session == 1:
+                logger.record("eval/success", 1.0)
+            logger.dump(row["steps"])
+        logger.close()
+    lines = (folder / "progress.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    assert sorted(header) == ["eval/success", "loss", "steps"]
+    table = [dict(zip(header, line.split(","), strict=True)) for line in lines[1:]]
+    assert [r["steps"] for r in table] == ["1", "2", "3"]
+    assert [r["loss"] for r in table] == ["0.5", "0.25", "0.125"]
+    assert [r["eval/success"] for r in table] == ["", "", "1.0"]
+
+
 @pytest.mark.parametrize("n_envs", [1, 3])
 def test_periodic_evaluation_falls_on_the_same_steps_after_a_resume(tmp_path, monkeypatch, n_envs):
     """A run resumed between two evaluations evaluates at the next multiple of eval_every, as the same run
