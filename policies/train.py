@@ -255,9 +255,11 @@ class _ContinuedCSV(CSVOutputFormat):
     def __init__(self, filename: Path) -> None:
         filename.touch()
         self.file = open(filename, "r+")  # noqa: SIM115  (closed by the logger, as SB3's)
-        header = self.file.readline().rstrip("\n")
+        old = self.file.read()  # the file is left at its end: new rows go after the old ones
+        header = old.split("\n", 1)[0]
         self.keys = header.split(",") if header else []
-        self.file.seek(0, 2)  # new rows after the old ones
+        if old and not old.endswith("\n"):  # a session killed in the middle of a row
+            self.file.write("\n")
         self.separator, self.quotechar = ",", '"'
 
 

@@ -277,6 +277,15 @@ def test_a_resumed_run_continues_its_progress_csv(tmp_path):
     assert [r["steps"] for r in table] == ["1", "2", "3"]
     assert [r["loss"] for r in table] == ["0.5", "0.25", "0.125"]
     assert [r["eval/success"] for r in table] == ["", "", "1.0"]
+    with open(folder / "progress.csv", "a") as f:  # killed while writing a row
+        f.write("4,0.0")
+    logger = _run_logger(folder)
+    logger.record("steps", 5)
+    logger.dump(5)
+    logger.close()
+    *_, partial, last = (folder / "progress.csv").read_text().splitlines()
+    assert partial == "4,0.0"  # left as it was, and the next row starts on a line of its own
+    assert dict(zip(header, last.split(","), strict=True)) == {"steps": "5", "loss": "", "eval/success": ""}
 
 
 @pytest.mark.parametrize("n_envs", [1, 3])
