@@ -269,46 +269,48 @@ def _run_logger(folder: Path) -> Logger:
     return Logger(str(folder), [make_output_format("tensorboard", str(folder)), _ContinuedCSV(folder / "progress.csv")])
 
 
-def _passed_multiple(every: int, last: int, now: int) -> bool:
-    """Whether a multiple of ``every`` env steps lies in ``(last, now]``: periodic work then falls on the same steps
-    whether or not the run was resumed in between (a run resumed at 10k with ``every`` 8k evaluates at 16k, not 18k)."""
-    return every > 0 and now // every > last // every
+class _Periodic(BaseCallback):
+    """Calls :meth:`fire` at every multiple of ``every`` env steps (never for 0): the same steps whether or not
+    the run was resumed in between (a run resumed at 10k with ``every`` 8k fires at 16k, not 18k)."""
+
+    def __init__(self, every: int) -> None:
+        super().__init__()
+        self.every, self._last = every, 0
+
+    def fire(self) -> None:
+        raise NotImplementedError
+
+    def _on_training_start(self) -> None:
+        self._last = self.model.num_timesteps
+
+    def _on_step(self) -> bool:
+        now = self.model.num_timesteps
+        if self.every > 0 and now // self.every > self._last // self.every:
+            self._last = now
+            self.fire()
+        return True
 
 
-class CheckpointCallback(BaseCallback):
+class CheckpointCallback(_Periodic):
     """Saves ``checkpoints/latest/`` at every multiple of ``checkpoint_every`` env steps."""
 
     def __init__(self, config: TrainConfig, run_dir: Path) -> None:
-        super().__init__()
+        super().__init__(config.checkpoint_every)
         self.config, self.run_dir = config, run_dir
-        self._last = 0
 
-    def _on_training_start(self) -> None:
-        self._last = self.model.num_timesteps
-
-    def _on_step(self) -> bool:
-        if _passed_multiple(self.config.checkpoint_every, self._last, self.model.num_timesteps):
-            self._last = self.model.num_timesteps
-            save_checkpoint(self.model, self.config, self.run_dir, self.config.save_replay)
-        return True
+    def fire(self) -> None:
+        save_checkpoint(self.model, self.config, self.run_dir, self.config.save_replay)
 
 
-class PeriodicEvalCallback(BaseCallback):
+class PeriodicEvalCallback(_Periodic):
     """At every multiple of ``eval_every`` env steps, evaluates the current policy on several N and logs ``eval/…``."""
 
     def __init__(self, config: TrainConfig) -> None:
-        super().__init__()
+        super().__init__(config.eval_every)
         self.config = config
-        self._last = 0
 
-    def _on_training_start(self) -> None:
-        self._last = self.model.num_timesteps
-
-    def _on_step(self) -> bool:
-        if _passed_multiple(self.config.eval_every, self._last, self.model.num_timesteps):
-            self._last = self.model.num_timesteps
-            run_periodic_eval(self.model, self.config, self.logger)
-        return True
+    def fire(self) -> None:
+        run_periodic_eval(self.model, self.config, self.logger)
 
 
 def run_periodic_eval(model, config: TrainConfig, logger) -> None:
