@@ -101,6 +101,7 @@ class DiffusionPlanner(nn.Module):
             generator=generator,
             guidance=self.guidance,
             mask=obs.get("mask"),
+            past=obs.get("past"),
         )
 
     @torch.no_grad()

@@ -297,3 +297,80 @@ def test_a_planner_that_plans_positions_reads_the_rest_as_static_context(goal_im
         DenoiserConfig(entity_dim=4, planned=(0, 4))
     with pytest.raises(ValueError, match="needs --encoder"):
         tiny_train_config(data_path, tmp_path, plan_positions=True)
+
+
+def test_latent_windows_give_each_window_the_rows_of_the_frames_before_it(pixel_demos):
+    data_path, encoder_path = pixel_demos
+    data = DemoDataset(data_path)
+    windows = LatentWindows(data, ecrl.encoders.load_encoder(encoder_path), progress=False)
+    batch = windows.sample_windows(64, 3, np.random.default_rng(0), past=2)
+    assert batch["past"].shape == (64, 2, 6, windows.width)
+    first = batch["state_index"][:, 0]
+    start = data.state_starts[np.searchsorted(data.state_starts, first, side="right") - 1]
+    assert (first == start).any() and (first - start >= 2).any()  # both cases are drawn
+    for b in range(64):  # oldest first; the episode's first frame stands in for those before it
+        expected = [max(first[b] - 2, start[b]), max(first[b] - 1, start[b])]
+        np.testing.assert_array_equal(batch["past"][b], windows.rows[expected])
+    assert "past" not in windows.sample_windows(4, 3, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="past must be >= 0"):
+        windows.sample_windows(4, 3, np.random.default_rng(0), past=-1)
+
+
+def test_a_denoiser_with_a_memory_reads_the_past_frames_in_no_order():
+    config = DenoiserConfig(width=16, heads=2, blocks=1, horizon=2, diffusion_steps=10, entity_dim=5, past=2)
+    torch.manual_seed(0)
+    model = EntityDenoiser(config).eval()
+    for p in model.parameters():  # adaLN-Zero starts every block as the identity: make the blocks do something
+        torch.nn.init.normal_(p, std=0.3)
+    states, actions = torch.randn(3, 3, 4, 5), torch.randn(3, 2, 2)
+    goals, mask = torch.zeros(3, 2, 14), torch.ones(3, 4, dtype=torch.bool)
+    goals[..., 0] = 1
+    past = torch.randn(3, 2, 4, 5)
+    args = (states, actions, 5, states[:, 0], goals, mask, mask[:, :2])
+    out = model(*args, past=past)
+    shuffled = past[:, :, torch.tensor([2, 0, 3, 1])]  # the memory's tokens carry no entity index
+    torch.testing.assert_close(model(*args, past=shuffled), out)
+    assert not torch.allclose(model(*args, past=past + 1)[1], out[1])  # and it is read
+    with pytest.raises(ValueError, match="past must be given exactly"):
+        model(*args)
+    with pytest.raises(ValueError, match=r"past: expected shape \(B, 2, N, 5\)"):
+        model(*args, past=past[:, :1])
+    with pytest.raises(ValueError, match="need generic rows"):
+        EntityDenoiser(DenoiserConfig(past=1))
+    with pytest.raises(ValueError, match="past must be >= 0"):
+        DenoiserConfig(past=-1)
+    batch = {"observation": states, "action": actions.clamp(-1, 1), "desired_goal": goals, "mask": mask}
+    with pytest.raises(ValueError, match="the batch needs 'past'"):
+        loss(model, batch)
+    assert torch.isfinite(loss(model, {**batch, "past": past}).total)
+    with pytest.raises(ValueError, match="pass past"):
+        sample(model, states[:, 0], goals, steps=2, mask=mask)
+
+
+def test_a_planner_from_pixels_with_a_memory_trains_and_acts_on_the_last_frames(pixel_demos, tmp_path):
+    data_path, encoder_path = pixel_demos
+    result = train(tiny_train_config(data_path, tmp_path, {"past": 1}, encoder=encoder_path))
+    policy = ecrl.load(result.run_dir)
+    module = policy.module
+    assert module.planner.denoiser.config.past == 1
+    env = gym.make("ecrl/Push-v0", n_objects=2, pixels=32)
+    obs, _ = env.reset(seed=0)
+    frames = [obs]
+    policy.reset()
+    for _ in range(3):
+        obs, *_ = env.step(policy.act(obs))
+        frames.append(obs)
+    rows = [module.rows(torch.as_tensor(f["pixels"][None])) for f in frames]
+    torch.testing.assert_close(module._past[:, 0], rows[2])  # after 3 calls, it remembers the third frame
+    policy.reset()  # a new episode: the first call's memory is its own frame
+    seen = []
+    original = module.planner.forward
+    module.planner.forward = lambda obs: seen.append(obs["past"].clone()) or original(obs)
+    for f in frames[1:3]:
+        policy.act(f)
+    torch.testing.assert_close(seen[0][:, 0], rows[1])
+    torch.testing.assert_close(seen[1][:, 0], rows[1])
+    report = evaluate(policy, [2], episodes=2, progress=False)  # envs side by side keep their own frames
+    assert len(report.results[0].success) == 2
+    with pytest.raises(ValueError, match="denoiser.past .* planner from pixels"):
+        tiny_train_config(data_path, tmp_path, {"past": 1})
