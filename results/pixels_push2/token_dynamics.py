@@ -18,6 +18,11 @@ to it, if within ``--radius-cm``, and otherwise *none*. Reported per view:
 - **displacement error**: for a token labelled with the same object at both states, how far its step
   displacement is from the object's true one (cm), beside the object's mean true step displacement.
 
+Over both views (``both_views``): the share of object-states that neither view labels, overall and with the
+pusher within ``--near-cm`` (in contact), and of those the share that a view labelled within the last 1, 2, 4 or 8
+states of the episode, which is what a planner with a memory of that many frames (``--denoiser.past P``) can still
+see.
+
 Prints and writes ``--out`` (default ``token_dynamics.json`` beside this file).
 """
 
@@ -43,6 +48,7 @@ def main() -> None:
     parser.add_argument("--encoder", type=Path, default=Path("results/encoders/particles"))
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--radius-cm", type=float, default=3.0)
+    parser.add_argument("--near-cm", type=float, default=7.0)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "token_dynamics.json")
     args = parser.parse_args()
     data, encoder = DemoDataset(args.dataset), load_encoder(args.encoder)
@@ -71,6 +77,7 @@ def main() -> None:
     starts, lengths = data.state_starts[:episodes], data.lengths[:episodes]
     pairs = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths, strict=True)])
     k = xy.shape[1] // len(cameras)
+    seen = np.zeros(truth.shape[:2], bool)  # (S, N): some view labels the entity
     report = {"dataset": str(args.dataset), "encoder": str(args.encoder), "episodes": episodes, "states": stop}
     report["radius_cm"] = args.radius_cm
     for v, camera in enumerate(cameras):
@@ -82,6 +89,7 @@ def main() -> None:
         both = (a >= 0) & (b >= 0)
         held = (a == b) & both  # (P, K) the token stays on one entity
         covered = np.stack([(label == n).any(1) for n in range(truth.shape[1])], 1) & real  # (S, N)
+        seen |= covered
         followed = np.stack([(held & (a == n)).any(1) for n in range(truth.shape[1])], 1) & real[pairs]
         obj = ~agent[pairs] & real[pairs]  # (P, N)
         move_true = truth[pairs + 1] - truth[pairs]  # (P, N, 2)
@@ -120,6 +128,23 @@ def main() -> None:
                 "agent_particle_on_pusher": float(on.mean()),
                 "agent_particle_step_error_cm_median": float(np.median(step_error) * 100),
             }
+    pusher = truth[np.arange(len(truth)), agent.argmax(1)]
+    near = np.linalg.norm(truth - pusher[:, None], axis=-1) < args.near_cm / 100
+    objects = (~agent & real)[pairs + 1]  # (P, N) object-states with a state before them in the episode
+    lost = objects & ~seen[pairs + 1]
+    report["both_views"] = {"near_cm": args.near_cm}
+    episode_start = np.repeat(starts, lengths)  # (P,) the first state of each pair's episode
+    seen_before, recent = {}, np.zeros_like(lost)
+    for back in range(1, 9):  # seen at state t - back, within the episode
+        before = pairs + 1 - back
+        recent |= seen[np.maximum(before, 0)] & (before >= episode_start)[:, None]
+        if back in (1, 2, 4, 8):
+            seen_before[back] = recent.copy()
+    for name, where in (("all", objects), ("near_pusher", objects & near[pairs + 1])):
+        report["both_views"][name] = {
+            "object_states": int(where.sum()),
+            "seen_by_neither_view": float(lost[where].mean()),
+        } | {f"of_those_seen_within_{b}_states_before": float(r[lost & where].mean()) for b, r in seen_before.items()}
     print(json.dumps(report, indent=2))
     args.out.write_text(json.dumps(report, indent=2) + "\n")
 
