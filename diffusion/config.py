@@ -156,10 +156,6 @@ class DiffusionTrainConfig(ComputeOptions):
             problems.append("table_frame lifts an encoder's keypoints: it needs --encoder")
         if self.plan_positions and self.encoder is None:
             problems.append("plan_positions plans an encoder's keypoint positions: it needs --encoder")
-        if self.denoiser.past and (self.encoder is None or self.planner != "flat"):
-            problems.append(
-                "denoiser.past (a memory of past frames) is implemented for the flat planner from pixels (--encoder)"
-            )
         if self.goal_images and self.encoder is None:
             problems.append("goal_images plans from pixels towards goal images: it needs --encoder")
         if problems:

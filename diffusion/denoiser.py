@@ -240,7 +240,6 @@ class DenoiserConfig:
     state: str = "planar"
     goal_dim: int = 0
     planned: list[int] = field(default_factory=list)
-    past: int = 0
 
     def __post_init__(self) -> None:
         self.planned = [int(c) for c in self.planned]  # a list: the kwargs a checkpoint's JSON gives back
@@ -255,8 +254,6 @@ class DenoiserConfig:
             raise ValueError(f"entity_dim must be 0 (state rows) or a row width > 0, got {self.entity_dim}")
         if self.state not in STATES:
             raise ValueError(f"state must be one of {list(STATES)}, got {self.state!r}")
-        if self.past < 0:
-            raise ValueError(f"past must be >= 0 frames, got {self.past}")
         if self.goal_dim < 0:
             raise ValueError(f"goal_dim must be 0 (goal rows) or a row width > 0, got {self.goal_dim}")
         if self.planned and (
@@ -387,14 +384,6 @@ class EntityDenoiser(nn.Module):
         self.null_goal = nn.Parameter(torch.zeros(w))
         # Learned, from a sinusoidal start: distinct steps from the first update, free to adapt.
         self.step_embedding = nn.Parameter(sinusoid(torch.arange(config.horizon + 1), w, max_period=100.0))
-        if config.past:
-            if not config.entity_dim:
-                raise ValueError(
-                    f"past={config.past} frames of memory need generic rows (entity_dim > 0, a planner from pixels)"
-                )
-            self.embed_past = mlp([config.static_dim, w, w])
-            # The steps before step 0, continuing the step embedding's start backwards.
-            self.past_embedding = nn.Parameter(sinusoid(torch.arange(-config.past, 0), w, max_period=100.0))
         self.embed_time = mlp([w, w, w], activation=nn.SiLU)
         self.blocks = nn.ModuleList(AdaLNBlock(w, config.heads, config.mlp_ratio) for _ in range(config.blocks))
         self.norm_out = nn.LayerNorm(w, elementwise_affine=False)
@@ -415,7 +404,6 @@ class EntityDenoiser(nn.Module):
         goal_mask: torch.Tensor,
         valid: torch.Tensor | None = None,
         drop_goal: torch.Tensor | None = None,
-        past: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Predict the clean plan.
 
@@ -431,8 +419,6 @@ class EntityDenoiser(nn.Module):
                 valid); action ``k`` counts as valid where step ``k + 1`` is.
             drop_goal: ``(B,)`` bool, True where the model is to plan without the goal: its goal
                 tokens are replaced by one learned null token (for classifier-free guidance).
-            past: ``(B, P, N, static_dim)`` the rows of the ``P = config.past`` frames before step 0, oldest
-                first (required with ``past > 0``, not allowed without); real where ``mask`` is.
 
         Returns:
             ``states (B, H + 1, N, DYNAMIC_DIM)`` (zero for padded entities) and ``actions (B, H, A)``.
@@ -449,10 +435,6 @@ class EntityDenoiser(nn.Module):
         }
         if valid is not None:
             specs["valid"] = (valid, ("B", steps))
-        if (past is None) != (config.past == 0):
-            raise ValueError(f"this denoiser reads {config.past} past frame(s): past must be given exactly then")
-        if past is not None:
-            specs["past"] = (past, ("B", config.past, "N", config.static_dim))
         batch = _check_shapes(**specs)["B"]
         _check_bool(mask=mask, goal_mask=goal_mask, **({} if valid is None else {"valid": valid}))
         t = torch.as_tensor(t, device=states.device)
@@ -473,18 +455,17 @@ class EntityDenoiser(nn.Module):
         # Each entity, as it is now, reads the goals.
         entity = self.entity_goals(self.embed_static(static) + state_embedding[:, 0], goal_tokens, goal_mask)
         entity_tokens = state_embedding + entity[:, None] + step[:, None]
-        tokens = [
-            rearrange(entity_tokens, "b t n c -> b (t n) c"),
-            self.embed_action(actions) + step[:-1],
-            goal_tokens,
-        ]
+        x = torch.cat(
+            [
+                rearrange(entity_tokens, "b t n c -> b (t n) c"),
+                self.embed_action(actions) + step[:-1],
+                goal_tokens,
+            ],
+            dim=1,
+        )
         entity_keys = mask[:, None].expand(-1, steps, -1) if valid is None else mask[:, None] & valid[..., None]
         action_keys = mask.new_ones(batch, horizon) if valid is None else valid[:, 1:]
-        keys = [rearrange(entity_keys, "b t n -> b (t n)"), action_keys, goal_mask]
-        if past is not None:  # the memory: context tokens, read and never planned
-            tokens.append(rearrange(self.embed_past(past) + self.past_embedding[:, None], "b p n c -> b (p n) c"))
-            keys.append(mask.repeat(1, config.past))
-        x, keys = torch.cat(tokens, dim=1), torch.cat(keys, dim=1)
+        keys = torch.cat([rearrange(entity_keys, "b t n -> b (t n)"), action_keys, goal_mask], dim=1)
         # No mask lets attention take its fastest kernel. Finding out reads the mask on the host: free on the
         # CPU, but a wait for the device on every call on CUDA (and a graph break when compiled), so not there.
         if keys.device.type == "cpu" and not torch.compiler.is_compiling() and bool(keys.all()):

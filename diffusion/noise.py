@@ -93,8 +93,6 @@ class Window:
         mask: ``(B, N)`` bool, True for real entities.
         goal_mask: ``(B, M)`` bool, True for real goals.
         valid: ``(B, H + 1)`` bool per step, False past the end of an episode; None: all valid.
-        past: ``(B, P, N, static_dim)`` the rows of the frames before step 0 (a denoiser with ``past = P``);
-            None without.
     """
 
     static: torch.Tensor
@@ -104,7 +102,6 @@ class Window:
     mask: torch.Tensor
     goal_mask: torch.Tensor
     valid: torch.Tensor | None
-    past: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> Window:
         """The same window on ``device``."""
@@ -120,8 +117,7 @@ def encode_window(batch: Mapping[str, torch.Tensor], config: DenoiserConfig) -> 
             (default: the rows' present flags at step 0), ``valid (B, H)`` bool, per action, as
             :meth:`ecrl.datasets.DemoDataset.windows` delivers it (default: all valid). Action ``k``
             is valid when it was taken in the episode, which makes state ``k + 1`` a real one; step 0
-            is always real. With ``config.past = P``: ``past (B, P, N, row width)``, the rows of the ``P``
-            frames before step 0. Other keys are ignored.
+            is always real. Other keys are ignored.
         config: the denoiser's config (horizon, action width).
     """
     missing = {"observation", "action", "desired_goal"} - set(batch)
@@ -141,20 +137,13 @@ def encode_window(batch: Mapping[str, torch.Tensor], config: DenoiserConfig) -> 
     specs |= {"mask": (mask, ("B", "N")), "goal_mask": (goal_mask, ("B", "M"))}
     if valid is not None:
         specs["valid"] = (valid, ("B", config.horizon))
-    past = None
-    if config.past:
-        if "past" not in batch:
-            raise ValueError(f"this denoiser reads {config.past} past frame(s): the batch needs 'past'")
-        past = torch.as_tensor(batch["past"])
-        specs["past"] = (past, ("B", config.past, "N", config.row_dim))
     _check_shapes(**specs)
     _check_bool(mask=mask, goal_mask=goal_mask, **({} if valid is None else {"valid": valid}))
     if valid is not None:  # per step: step 0 is real, step k + 1 where action k is valid
         valid = torch.cat([valid.new_ones(valid.shape[0], 1), valid], dim=1)
     obs, action, goal = obs.float(), action.float(), goal.float()
     static, states = config.split(obs)
-    past = None if past is None else past.float()  # generic rows: a past frame's static context is its whole row
-    return Window(static, states, action, _goals(goal, config), mask, goal_mask, valid, past)
+    return Window(static, states, action, _goals(goal, config), mask, goal_mask, valid)
 
 
 def _goals(desired_goal: torch.Tensor, config: DenoiserConfig) -> torch.Tensor:
@@ -225,9 +214,7 @@ def loss(
     drop = None
     if goal_dropout > 0:
         drop = torch.rand(batch_size, device=device, generator=generator) < goal_dropout
-    states, actions = model(
-        noisy_states, noisy_actions, t, w.static, w.goals, w.mask, w.goal_mask, w.valid, drop, past=w.past
-    )
+    states, actions = model(noisy_states, noisy_actions, t, w.static, w.goals, w.mask, w.goal_mask, w.valid, drop)
     valid = torch.ones_like(w.states[..., 0, 0], dtype=torch.bool) if w.valid is None else w.valid
     free = slice(1, -1 if given_last else None)  # the steps the model has to fill in
     state_weight = (valid[:, free, None] & w.mask[:, None])[..., None].to(states.dtype)
@@ -266,7 +253,6 @@ def sample(
     clean_known: bool = False,
     guidance: float = 1.0,
     mask: torch.Tensor | None = None,
-    past: torch.Tensor | None = None,
 ) -> Plan:
     """Sample plans with DDIM from the current observation and the goal.
 
@@ -294,8 +280,6 @@ def sample(
             than forward-noised ones: for a model trained with them clean (``loss(..., given_last=True)``).
         mask: ``(B, N)`` bool, the real entities (default: the rows' present flags; required for a
             denoiser of generic rows, ``entity_dim > 0``, whose ``observation`` is ``(B, N, entity_dim)``).
-        past: ``(B, P, N, entity_dim)`` the rows of the ``P`` frames before this one, oldest first, for a
-            denoiser with ``past = P`` (a memory; the caller keeps it, see :class:`~ecrl.diffusion.pixels.PixelPlanner`).
 
     Returns:
         The :class:`Plan`.
@@ -318,11 +302,6 @@ def sample(
     goals = _goals(desired_goal, config)
     mask = observation[..., ENTITY_PRESENT] > 0.5 if mask is None else mask.to(device)
     goal_mask = _goal_mask(desired_goal, config)
-    if config.past:
-        if past is None:
-            raise ValueError(f"this denoiser reads {config.past} past frame(s): pass past")
-        _check_shapes(past=(past, (batch, config.past, n, config.row_dim)))
-        past = past.to(device, torch.float32)
 
     given, clean = _known_entries(known_states, known_mask, state_shape, device)
     padded = ~mask[:, None, :, None]
@@ -343,9 +322,7 @@ def sample(
     alphas = schedule.alphas_cumprod.tolist()
     for i, t in enumerate(timesteps):
         x_states = inpaint(x_states, t)
-        pred_states, pred_actions = _guided(
-            model, guidance, x_states, x_actions, t, static, goals, mask, goal_mask, past=past
-        )
+        pred_states, pred_actions = _guided(model, guidance, x_states, x_actions, t, static, goals, mask, goal_mask)
         pred_actions = pred_actions.clamp(-1.0, 1.0)
         if i + 1 < len(timesteps):
             levels = alphas[t], alphas[timesteps[i + 1]]
@@ -378,27 +355,19 @@ def _known_entries(
 
 
 def _guided(
-    model: EntityDenoiser,
-    guidance: float,
-    x_states: torch.Tensor,
-    x_actions: torch.Tensor,
-    t: int,
-    *context,
-    past: torch.Tensor | None = None,
+    model: EntityDenoiser, guidance: float, x_states: torch.Tensor, x_actions: torch.Tensor, t: int, *context
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The denoiser's prediction with classifier-free guidance on the goal (see :func:`sample`).
 
-    ``context`` is ``(static, goals, mask, goal_mask)``, ``past`` the memory's rows (None without). With
-    ``guidance == 1`` one conditional call; otherwise conditional and goal-free predictions in one batch, mixed
-    ``uncond + guidance × (cond − uncond)``.
+    ``context`` is ``(static, goals, mask, goal_mask)``. With ``guidance == 1`` one conditional call;
+    otherwise conditional and goal-free predictions in one batch, mixed ``uncond + guidance × (cond − uncond)``.
     """
     if guidance == 1.0:
-        return model(x_states, x_actions, t, *context, past=past)
+        return model(x_states, x_actions, t, *context)
     two = lambda x: torch.cat([x, x])  # noqa: E731
     batch = x_states.shape[0]
     drop = torch.arange(2 * batch, device=x_states.device) >= batch
-    past = None if past is None else two(past)
-    states, actions = model(two(x_states), two(x_actions), t, *(two(c) for c in context), None, drop, past=past)
+    states, actions = model(two(x_states), two(x_actions), t, *(two(c) for c in context), None, drop)
     (cond_s, free_s), (cond_a, free_a) = states.chunk(2), actions.chunk(2)
     return free_s + guidance * (cond_s - free_s), free_a + guidance * (cond_a - free_a)
 

@@ -20,11 +20,6 @@ conditioning, future rows and actions predicted jointly.
   same encoder and normalised the same way: ``V · K`` generic goal rows (``DenoiserConfig.goal_dim``)
   instead of the goal rows. ``meta["pixels"]`` then has ``"goal": true`` and the runner's envs
   observe ``goal_pixels`` too.
-- **A memory of the last frames** (``DenoiserConfig.past = P``): the planner also reads the rows of the ``P``
-  frames before the current one, as context tokens (:class:`~ecrl.diffusion.denoiser.EntityDenoiser`).
-  :class:`LatentWindows` gives each window the rows before its first step (the episode's first frame
-  repeated before the episode starts) and :class:`PixelPlanner` keeps the last ``P`` frames' rows of its
-  batch, filled with the first frame's at :meth:`PixelPlanner.reset`, as in training.
 - **Table-frame keypoints** (``table_height=h``, the particles' positions in the table's frame) are an
   option of the front end the planner shares with the EIT from pixels,
   :class:`~ecrl.encoders.rows.FrameRows`.
@@ -163,25 +158,14 @@ class LatentWindows:
             goal = (goal - self.mean) / self.std
             self.goal_rows = (with_agent_column(goal, views) if encoder.uses_agent else goal).astype(np.float32)
 
-    def sample_windows(
-        self, batch_size: int, horizon: int, rng: np.random.Generator, past: int = 0
-    ) -> dict[str, np.ndarray]:
+    def sample_windows(self, batch_size: int, horizon: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """As :meth:`DemoDataset.sample_windows`, with ``observation (B, H + 1, V * K, width)`` encoder rows and an
-        all-True ``mask`` (with goal images, also ``desired_goal (B, V * K, width)`` and an all-True ``goal_mask``).
-
-        With ``past = P > 0``, also ``past (B, P, V * K, width)``: the rows of the ``P`` states before each window's
-        first, oldest first, the episode's first state standing in for those before it."""
-        if past < 0:
-            raise ValueError(f"past must be >= 0 frames, got {past}")
+        all-True ``mask`` (with goal images, also ``desired_goal (B, V * K, width)`` and an all-True ``goal_mask``)."""
         batch = self.data.sample_windows(batch_size, horizon, rng)
-        first = batch["state_index"][:, 0]
         batch["observation"] = self.rows[batch["state_index"]]
         batch["mask"] = np.ones((batch_size, self.rows.shape[1]), bool)
-        episode = np.searchsorted(self.data.state_starts, first, side="right") - 1
-        if past:
-            before = first[:, None] - np.arange(past, 0, -1)
-            batch["past"] = self.rows[np.maximum(before, self.data.state_starts[episode][:, None])]
         if self.goal_rows is not None:
+            episode = np.searchsorted(self.data.state_starts, batch["state_index"][:, 0], side="right") - 1
             batch["desired_goal"] = self.goal_rows[episode]
             batch["goal_mask"] = np.ones(self.goal_rows.shape[:2], bool)[episode]
         return batch
@@ -213,7 +197,6 @@ class PixelPlanner(FrameRows):
         super().__init__(encoder, mean, std, table_height, cameras)
         self.planner = DiffusionPlanner(**planner)
         self.goal_images = bool(goal_images)
-        self._past: torch.Tensor | None = None  # the memory's rows of the last frames (a planner with past > 0)
         width = self.planner.denoiser.config.entity_dim
         goal_dim = self.planner.denoiser.config.goal_dim
         if goal_dim != (width if self.goal_images else 0):
@@ -233,28 +216,11 @@ class PixelPlanner(FrameRows):
         }
 
     def reset(self, *_: Any) -> None:
-        """Start new episodes: the planner forgets its plan, and the memory its frames."""
         self.planner.reset()
-        self._past = None
-
-    def _remember(self, rows: torch.Tensor) -> torch.Tensor | None:
-        """The memory's rows ``(B, P, V * K, width)`` for this call (``None`` without a memory); then ``rows`` join it.
-
-        The first call after :meth:`reset` (or with another batch size) sees the current frame in every past slot,
-        as training sees the frames before an episode's first."""
-        p = self.planner.denoiser.config.past
-        if not p:
-            return None
-        if self._past is None or self._past.shape[0] != rows.shape[0]:
-            self._past = rows[:, None].expand(-1, p, -1, -1)
-        past = self._past
-        self._past = torch.cat([past[:, 1:], rows[:, None]], dim=1)
-        return past
 
     @torch.no_grad()
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         rows = self.entity_rows(obs)
-        past = self._remember(rows)
         mask = torch.ones(rows.shape[:2], dtype=torch.bool, device=rows.device)
         goal = obs["desired_goal"]
         if self.goal_images:
@@ -264,5 +230,4 @@ class PixelPlanner(FrameRows):
                     "(make the env with pixels=P, goal_pixels=True)"
                 )
             goal = self.rows(obs["goal_pixels"])
-        planned = {"observation": rows, "desired_goal": goal, "mask": mask}
-        return self.planner(planned if past is None else {**planned, "past": past})
+        return self.planner({"observation": rows, "desired_goal": goal, "mask": mask})

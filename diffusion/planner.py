@@ -101,7 +101,6 @@ class DiffusionPlanner(nn.Module):
             generator=generator,
             guidance=self.guidance,
             mask=obs.get("mask"),
-            past=obs.get("past"),
         )
 
     @torch.no_grad()

@@ -186,13 +186,11 @@ class _Trainer:
         """One batch's loss terms per denoiser (``""`` flat; ``"high"`` and ``"low"`` hierarchical)."""
         config, rng, batch_size, models = self.config, self.rng, self.batch_size, self.forward
         # Play data has no goal per episode: every window's goal is a state it reached later.
-        sampling = {"hindsight": config.hindsight} if getattr(dataset, "play", False) else {}
-        if config.denoiser.past:  # a planner from pixels with a memory of the last frames
-            sampling["past"] = config.denoiser.past
+        hindsight = {"hindsight": config.hindsight} if getattr(dataset, "play", False) else {}
 
         def windows(horizon: int) -> dict[str, np.ndarray]:
             """Dense windows, augmented before any hierarchical re-cutting (which drops achieved goals)."""
-            batch = dataset.sample_windows(batch_size, horizon, rng, **sampling)
+            batch = dataset.sample_windows(batch_size, horizon, rng, **hindsight)
             batch = add_placed_objects(batch, rng, config.placed_objects) if config.placed_objects else batch
             return recolour_windows(batch, rng) if config.recolour else batch
 
