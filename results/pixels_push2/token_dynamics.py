@@ -20,8 +20,8 @@ to it, if within ``--radius-cm``, and otherwise *none*. Reported per view:
 
 Over both views (``both_views``): the share of object-states that neither view labels, overall and with the
 pusher within ``--near-cm`` (in contact), and of those the share that a view labelled within the last 1, 2, 4 or 8
-states of the episode, which is what a planner with a memory of that many frames (``--denoiser.past P``) can still
-see.
+states of the episode, which is what a planner with a memory of that many frames could still see (a memory of one
+frame was tried and rejected: the README's session 25).
 
 Prints and writes ``--out`` (default ``token_dynamics.json`` beside this file).
 """
