@@ -62,6 +62,7 @@ RETIRED: dict[str, dict[str, Retired]] = {
         "entity_goals": _ENTITY_GOALS,
         "relative_goals": _RELATIVE_GOALS,
         "goal_offsets": Retired(False, _FETCH_PP2),
+        "past": Retired(0, "results/pixels_push2/README.md"),
     },
     "ecrl.diffusion.config:DiffusionTrainConfig": {
         "entity_goals": _ENTITY_GOALS,

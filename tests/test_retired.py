@@ -29,12 +29,15 @@ it (documented there), their training configs still name it."""
 UNLOADABLE_RUNS = SELECT_RUNS | {
     RESULTS / "diffusion_push3" / "still_objects" / "policy": "still_objects=3",
     RESULTS / "pixels_push2" / "fused_views": "fuse_views=True",
+    RESULTS / "pixels_push2" / "memory": "past=1",
 }
-"""Training configs whose run used a retired option: the selecting actors, the still-objects and fused-views trials."""
+"""Training configs whose run used a retired option: the selecting actors, the still-objects, fused-views and memory
+trials."""
 RECORD = {
     "still_objects=3": "results/diffusion_push3/README.md",
     "select=True": "results/rl_push2/README.md",
     "fuse_views=True": "results/pixels_push2/README.md",
+    "past=1": "results/pixels_push2/README.md",
 }
 
 POLICIES = sorted(p.parent for p in RESULTS.rglob("policy.json"))
