@@ -73,6 +73,7 @@ def main() -> None:
     real = rows[..., ENTITY_FIELDS["present"]][..., 0] > 0.5
     agent = rows[..., ENTITY_FIELDS["is_agent"]][..., 0] > 0.5
     truth = rows[..., ENTITY_XY]  # (S, N, 2)
+    pusher = truth[np.arange(len(truth)), agent.argmax(1)]  # (S, 2)
     # consecutive states within an episode: (t, t + 1) for t < the episode's last state
     starts, lengths = data.state_starts[:episodes], data.lengths[:episodes]
     pairs = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths, strict=True)])
@@ -120,7 +121,6 @@ def main() -> None:
         }
         if pinned:  # the agent particle (token 0 of the view): on the pusher, and its step displacement's error
             on = label[:, 0] == agent.argmax(1)
-            pusher = truth[np.arange(len(truth)), agent.argmax(1)]
             step_error = np.linalg.norm(
                 (tokens[pairs + 1, 0] - tokens[pairs, 0]) - (pusher[pairs + 1] - pusher[pairs]), axis=-1
             )
@@ -128,7 +128,6 @@ def main() -> None:
                 "agent_particle_on_pusher": float(on.mean()),
                 "agent_particle_step_error_cm_median": float(np.median(step_error) * 100),
             }
-    pusher = truth[np.arange(len(truth)), agent.argmax(1)]
     near = np.linalg.norm(truth - pusher[:, None], axis=-1) < args.near_cm / 100
     objects = (~agent & real)[pairs + 1]  # (P, N) object-states with a state before them in the episode
     lost = objects & ~seen[pairs + 1]
