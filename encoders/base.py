@@ -139,6 +139,12 @@ class EntityEncoder(nn.Module):
         signal; encoding never does. False unless the encoder has an agent particle."""
         return False
 
+    @property
+    def uses_objects(self) -> bool:
+        """Whether :meth:`forward` takes the objects' image positions (``objects=(B, V, J, 2)``) as a training
+        signal; encoding never does. False unless the encoder is trained with an object loss."""
+        return False
+
     @staticmethod
     def all_present(entities: torch.Tensor) -> torch.Tensor:
         """``(B, E)`` all-True mask of ``entities (B, E, D)``: for encoders whose every entity is present."""

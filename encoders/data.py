@@ -9,6 +9,7 @@ import torch
 
 from ecrl.datasets import DatasetError, DemoDataset
 from ecrl.encoders.base import frames_to_images
+from ecrl.encoders.particle_config import OBJECT_MIN_PIXELS
 from ecrl.envs.layout import ENTITY_FIELDS
 from ecrl.envs.scene import project
 
@@ -32,6 +33,9 @@ class Frames:
             agent (the pusher's centre) in each view, projected from its recorded position with the
             camera's calibration: what a robot knows of its own end effector, without looking. Outside
             ``[-1, 1]`` where it has left the view.
+        object_points: ``(M, V, n_max, 2)`` float32 image-plane ``(x, y)`` of each object's centre, projected
+            the same way from its recorded position (NaN where the frame has fewer objects): simulator
+            labels, used only by a particle encoder's ``object_weight``.
         cameras: the camera of each view.
     """
 
@@ -47,6 +51,10 @@ class Frames:
         self.n_objects = data.n_objects[per_state[rows]]
         agent = data.observation[rows, 0, ENTITY_FIELDS["position"]]
         self.agent_points = np.stack([project(agent, c) for c in self.cameras], 1).astype(np.float32)
+        objects = data.observation[rows, 1:, ENTITY_FIELDS["position"]]
+        absent = np.arange(objects.shape[1])[None, :] >= self.n_objects[:, None]
+        self.object_points = np.stack([project(objects, c) for c in self.cameras], 1).astype(np.float32)
+        self.object_points[np.broadcast_to(absent[:, None], self.object_points.shape[:3])] = np.nan
 
     def __len__(self) -> int:
         return len(self.images)
@@ -62,3 +70,14 @@ class Frames:
     def agent_batch(self, index: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
         """``(B, V, 2)`` :attr:`agent_points` of frames ``index``."""
         return torch.as_tensor(self.agent_points[index]).to(device)
+
+    def object_batch(self, index: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
+        """``(B, V, n_max, 2)`` :attr:`object_points` of frames ``index``, NaN where an object is absent, outside the
+        view, or shows fewer than :data:`~ecrl.encoders.particle_config.OBJECT_MIN_PIXELS` pixels in that view."""
+        points = self.object_points[index].copy()
+        labels = self.segmentation[index]  # (B, V, P, P)
+        ids = np.arange(points.shape[2], dtype=np.int64) + 2
+        shown = (labels[:, :, None] == ids[None, None, :, None, None]).sum((-2, -1)) >= OBJECT_MIN_PIXELS
+        hidden = ~shown | ~(np.abs(points) <= 1).all(-1)
+        points[hidden] = np.nan
+        return torch.as_tensor(points).to(device)

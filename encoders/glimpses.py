@@ -20,7 +20,17 @@ from ecrl.encoders.base import pixel_centres
 from ecrl.encoders.keypoints import gaussian_kl
 from ecrl.encoders.particle_config import AGENT_SIGMA, DEPTH_TEMPERATURE
 
-__all__ = ["agent_loss", "chamfer_kl", "composite", "crop", "glimpse_loss", "placement", "reconstruction_loss"]
+__all__ = [
+    "agent_loss",
+    "chamfer_kl",
+    "composite",
+    "crop",
+    "glimpse_loss",
+    "heatmap_kl",
+    "object_loss",
+    "placement",
+    "reconstruction_loss",
+]
 
 
 def crop(images: torch.Tensor, centres: torch.Tensor, scales: torch.Tensor, size: int) -> torch.Tensor:
@@ -128,6 +138,18 @@ def glimpse_loss(
     return F.mse_loss(opacity * rgb + (1 - opacity) * under, target)
 
 
+def heatmap_kl(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` KL from a Gaussian (std ``AGENT_SIGMA`` cells) on ``target (N, 2)`` (in ``[-1, 1]``; non-finite
+    targets are read as the centre, their KL to be masked by the caller) to the softmax of ``logits (N, h, w)``."""
+    h, w = logits.shape[-2:]
+    target = torch.where(torch.isfinite(target), target, torch.zeros_like(target))
+    xs, ys = pixel_centres(w, logits), pixel_centres(h, logits)
+    gx = -0.5 * ((xs - target[:, :1]) / (AGENT_SIGMA * 2 / w)).square()  # (N, w)
+    gy = -0.5 * ((ys - target[:, 1:]) / (AGENT_SIGMA * 2 / h)).square()  # (N, h)
+    wanted = (gy[:, :, None] + gx[:, None, :]).flatten(1).softmax(-1)
+    return (torch.special.xlogy(wanted, wanted) - wanted * logits.flatten(1).log_softmax(-1)).sum(-1)
+
+
 def agent_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """How far the agent heatmap is from the pusher, averaged over the images where it is in view.
 
@@ -137,15 +159,38 @@ def agent_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     a loss on the keypoint (the softmax's mean) has almost none once the heatmap peaks on the wrong
     thing, and did not learn. The glimpse's offset is left to the reconstruction.
     """
-    h, w = logits.shape[-2:]
     inside = (target.abs() <= 1).all(-1)  # NaN (behind the camera) compares False
-    target = torch.where(inside[:, None], target, torch.zeros_like(target))
-    xs, ys = pixel_centres(w, logits), pixel_centres(h, logits)
-    gx = -0.5 * ((xs - target[:, :1]) / (AGENT_SIGMA * 2 / w)).square()  # (N, w)
-    gy = -0.5 * ((ys - target[:, 1:]) / (AGENT_SIGMA * 2 / h)).square()  # (N, h)
-    wanted = (gy[:, :, None] + gx[:, None, :]).flatten(1).softmax(-1)
-    kl = (torch.special.xlogy(wanted, wanted) - wanted * logits.flatten(1).log_softmax(-1)).sum(-1)
+    kl = heatmap_kl(logits, torch.where(inside[:, None], target, torch.zeros_like(target)))
     return (kl * inside).sum() / inside.sum().clamp_min(1)
+
+
+def object_loss(
+    heatmaps: torch.Tensor, mu: torch.Tensor, targets: torch.Tensor, first: int, image_size: int
+) -> torch.Tensor:
+    """How far the particles are from the objects, averaged over the objects shown.
+
+    ``heatmaps (N, K, h, w)``: the logits each keypoint is the spatial softmax of (saliency and
+    suppression included); ``mu (N, K, 2)``: the refined keypoints; ``targets (N, J, 2)``: the objects'
+    image positions, NaN where an object is not shown. Objects in turn (0, 1, …) claim the nearest
+    particle from ``first`` on that no earlier object claimed (distances without gradient). A claimed
+    particle pays :func:`heatmap_kl` of its heatmap to the object, plus its keypoint's distance to the
+    object in pixels.
+    """
+    n, k = mu.shape[:2]
+    shown = torch.isfinite(targets).all(-1)  # (N, J)
+    dist = torch.cdist(torch.nan_to_num(targets), mu.detach()[:, first:])  # (N, J, K - first)
+    free = torch.ones(n, k - first, dtype=torch.bool, device=mu.device)
+    rows = torch.arange(n, device=mu.device)
+    total = mu.new_zeros(())
+    for j in range(targets.shape[1]):
+        choice = dist[:, j].masked_fill(~free, torch.inf).argmin(1)  # (N,)
+        valid = shown[:, j] & free[rows, choice]
+        free[rows, choice] &= ~shown[:, j]
+        chosen = choice + first
+        kl = heatmap_kl(heatmaps[rows, chosen], targets[:, j])
+        pixels = (mu[rows, chosen] - torch.nan_to_num(targets[:, j])).norm(dim=-1) * image_size / 2
+        total = total + ((kl + pixels) * valid).sum()
+    return total / shown.sum().clamp_min(1)
 
 
 def chamfer_kl(mu: torch.Tensor, logvar: torch.Tensor, prior: torch.Tensor, prior_sigma: float) -> torch.Tensor:

@@ -38,6 +38,8 @@ CANVAS_GAIN = 8.0
 AGENT_SIGMA = 0.5
 """With ``agent_weight``: std, in heatmap cells, of the Gaussian around the pusher's image position that
 the agent heatmap's softmax is fitted to."""
+OBJECT_MIN_PIXELS = 4
+"""With ``object_weight``: an object is supervised in a view only where its segmentation covers at least this many pixels."""
 LOGVAR_RANGE = (-12.0, 6.0)
 
 
@@ -98,6 +100,16 @@ class ParticleConfig:
     around the pusher (they come after it), so that the particle of an object next to the pusher is
     less often also the pusher's (see ``results/encoders/agent``)."""
 
+    object_weight: float = 0.0
+    """Weight of the object loss (0: off). Above 0, training also passes the objects' image positions
+    (:meth:`~ecrl.encoders.data.Frames.object_batch`: each object's recorded centre projected with the camera's
+    calibration, where the object shows at least :data:`OBJECT_MIN_PIXELS` pixels) and adds ``object_weight``
+    times :func:`~ecrl.encoders.glimpses.object_loss`: each object claims the nearest particle not yet claimed
+    (not the agent particle), whose heatmap is fitted to a Gaussian on the object, as the agent particle's is,
+    and whose refined keypoint pays its distance to the object in pixels (through the glimpse offset only).
+    Unlike ``agent_weight`` this is a label a robot does not have: the simulator's object positions
+    supervise training. Encoding still reads images alone."""
+
     def __post_init__(self) -> None:
         check_config(self, ("prior_keypoints", "width", "feature_dim", "background_dim"))
         if self.prior_patch < 2 or self.image_size % self.prior_patch:
@@ -111,7 +123,7 @@ class ParticleConfig:
             raise ValueError(
                 f"glimpse must be a multiple of 4 in [4, image_size={self.image_size}], got {self.glimpse}"
             )
-        for name in ("beta_kl", "beta_glimpse", "foreground_weight", "agent_weight"):
+        for name in ("beta_kl", "beta_glimpse", "foreground_weight", "agent_weight", "object_weight"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.prior_sigma > 0:

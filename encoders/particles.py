@@ -68,6 +68,7 @@ from ecrl.encoders.glimpses import (
     composite,
     crop,
     glimpse_loss,
+    object_loss,
     reconstruction_loss,
 )
 from ecrl.encoders.keypoints import coordinate_channels, gaussian_kl, peak_mean, sample_gaussian, spatial_softmax
@@ -185,6 +186,11 @@ class ParticleEncoder(EntityEncoder):
         """Whether training should pass the pusher's image positions (``forward(images, agent=…)``)."""
         return self.config.agent_weight > 0
 
+    @property
+    def uses_objects(self) -> bool:
+        """Whether training should pass the objects' image positions (``forward(images, objects=…)``)."""
+        return self.config.object_weight > 0
+
     def fields(self) -> dict[str, slice]:
         """Columns of an entity row: :data:`PARTICLE_FIELDS`, then ``features`` and ``view`` (embedding)."""
         f = self.config.feature_dim
@@ -219,7 +225,7 @@ class ParticleEncoder(EntityEncoder):
         c, n = self.config, images.shape[0]
         trunk = self.trunk(torch.cat([images, self.coords.expand(n, -1, -1, -1)], 1))
         logits = self.heatmaps(trunk)
-        anchor = self._keypoints(logits, images)  # (N, K, 2)
+        anchor, heat = self._keypoints(logits, images)  # (N, K, 2), (N, K, h, w)
         share = torch.full_like(anchor, self.glimpse_share)
         pooled = trunk.mean((-2, -1))
         crops = crop(images, anchor.detach(), share, c.glimpse).flatten(0, 1)  # (N K, 3, g, g)
@@ -227,7 +233,8 @@ class ParticleEncoder(EntityEncoder):
         offset, offset_logvar, scale, scale_logvar, depth, depth_logvar, transparency, features, features_logvar = (
             stats.split([2, 2, 2, 2, 1, 1, 1, c.feature_dim, c.feature_dim], -1)
         )
-        mu = (anchor + self.glimpse_share * torch.tanh(offset)).clamp(-1.0, 1.0)
+        refine = self.glimpse_share * torch.tanh(offset)
+        mu = (anchor + refine).clamp(-1.0, 1.0)
         clamp = lambda t: t.clamp(*LOGVAR_RANGE)  # noqa: E731
         return {
             "mu": mu,
@@ -241,10 +248,13 @@ class ParticleEncoder(EntityEncoder):
             "features_logvar": clamp(features_logvar),
             "pooled": pooled,
             "agent_logits": logits[:, 0],
+            "heatmaps": heat,
+            "mu_refined": (anchor.detach() + refine).clamp(-1.0, 1.0),  # mu with a gradient through the offset only
         }
 
-    def _keypoints(self, logits: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
-        """Coarse keypoints ``(N, K, 2)`` from heatmap ``logits (N, K, h, w)``, one after the other.
+    def _keypoints(self, logits: torch.Tensor, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Coarse keypoints ``(N, K, 2)`` from heatmap ``logits (N, K, h, w)``, one after the other, and the
+        ``(N, K, h, w)`` logits each is the spatial softmax of.
 
         Heatmap ``k`` adds the saliency of ``images (N, 3, H, W)`` (the prior's deviation energy,
         pooled to the heatmap, times ``SALIENCY_GAIN``) and subtracts a Gaussian bump around every
@@ -260,12 +270,14 @@ class ParticleEncoder(EntityEncoder):
         xs, ys = pixel_centres(w, logits), pixel_centres(h, logits)
         width = SUPPRESSION_PX * 2 / self.config.image_size
         taken = torch.zeros_like(saliency[:, 0])  # (N, h, w)
-        keypoints = []
+        keypoints, heat = [], []
         for k in range(logits.shape[1]):
             if k == 0 and self.uses_agent:  # the agent's heatmap: learned, from the agent loss
+                heat.append(logits[:, :1])
                 mean = peak_mean(logits[:, 0])[:, None]
             else:
-                mean, _ = spatial_softmax(logits[:, k : k + 1] + saliency - taken[:, None])
+                heat.append(logits[:, k : k + 1] + saliency - taken[:, None])
+                mean, _ = spatial_softmax(heat[-1])
             keypoints.append(mean)
             centre = mean.detach()[:, 0]  # (N, 2)
             bump = torch.exp(
@@ -274,7 +286,7 @@ class ParticleEncoder(EntityEncoder):
                 / width**2
             )
             taken = taken + SUPPRESSION * bump
-        return torch.cat(keypoints, 1)
+        return torch.cat(keypoints, 1), torch.cat(heat, 1)
 
     def _rows(self, post: dict[str, torch.Tensor], b: int) -> torch.Tensor:
         """Entity features ``(B, V, K, 6 + feature_dim)`` from posterior means."""
@@ -325,15 +337,20 @@ class ParticleEncoder(EntityEncoder):
         canvas = (CANVAS_GAIN * self.canvas).repeat(b, 1, 1, 1)  # view-major within each sample
         return torch.sigmoid(canvas + logits), gaussian_kl(mean, logvar, 0.0, 0.0).sum(-1)
 
-    def forward(self, images: torch.Tensor, agent: torch.Tensor | None = None) -> EncoderOutput:
+    def forward(
+        self, images: torch.Tensor, agent: torch.Tensor | None = None, objects: torch.Tensor | None = None
+    ) -> EncoderOutput:
         """Encode, decode and score ``images: (B, V, 3, H, W)`` (samples latents in training mode).
 
         ``agent``: ``(B, V, 2)`` image positions of the pusher (:attr:`~ecrl.encoders.data.Frames.agent_points`),
         used only by the agent loss (``agent_weight``); views where it is outside ``[-1, 1]`` are skipped.
+        ``objects``: ``(B, V, J, 2)`` image positions of the objects, NaN where not shown
+        (:meth:`~ecrl.encoders.data.Frames.object_batch`), used only by the object loss (``object_weight``).
 
         ``losses``: ``loss`` (the total), ``recon`` (MSE), ``glimpse`` (:func:`~ecrl.encoders.glimpses.glimpse_loss`),
         ``kl`` (nats per image, the sum of ``kl_keypoints`` (Chamfer-KL), ``kl_features`` and
-        ``kl_attributes`` (scale, depth and background latent)), ``agent`` (:func:`~ecrl.encoders.glimpses.agent_loss`, 0 without ``agent``).
+        ``kl_attributes`` (scale, depth and background latent)), ``agent`` (:func:`~ecrl.encoders.glimpses.agent_loss`, 0 without ``agent``), ``objects``
+        (:func:`~ecrl.encoders.glimpses.object_loss`, 0 without ``objects``).
         """
         c = self.config
         check_images(images, c.views, c.image_size)
@@ -342,6 +359,16 @@ class ParticleEncoder(EntityEncoder):
             raise ValueError(
                 f"agent: expected a tensor of shape ({b}, {v}, 2) (the pusher's image x, y per view), "
                 f"got {tuple(agent.shape) if isinstance(agent, torch.Tensor) else type(agent).__name__}"
+            )
+        if objects is not None and (
+            not isinstance(objects, torch.Tensor)
+            or objects.dim() != 4
+            or tuple(objects.shape[:2]) != (b, v)
+            or objects.shape[-1] != 2
+        ):
+            raise ValueError(
+                f"objects: expected a tensor of shape ({b}, {v}, J, 2) (each object's image x, y per view, NaN where "
+                f"not shown), got {tuple(objects.shape) if isinstance(objects, torch.Tensor) else type(objects).__name__}"
             )
         flat = images.flatten(0, 1)
         post = self._posterior(flat, b)
@@ -369,13 +396,21 @@ class ParticleEncoder(EntityEncoder):
             agent_term = agent_loss(post["agent_logits"], agent.flatten(0, 1))
         else:
             agent_term = recon_loss.new_zeros(())
+        if objects is not None and self.uses_objects:
+            object_term = object_loss(
+                post["heatmaps"], post["mu_refined"], objects.flatten(0, 1), int(self.uses_agent), c.image_size
+            )
+        else:
+            object_term = recon_loss.new_zeros(())
         losses = {
             "loss": recon_loss
             + self.glimpse_weight * glimpse_term
             + c.agent_weight * agent_term
+            + c.object_weight * object_term
             + c.beta_kl * kl / flat[0].numel(),
             "recon": recon_loss,
             "agent": agent_term,
+            "objects": object_term,
             "glimpse": glimpse_term,
             "kl": kl,
             "kl_keypoints": kl_keypoints.mean(),

@@ -218,8 +218,11 @@ class _Losses(torch.nn.Module):
         super().__init__()
         self.encoder = encoder
 
-    def forward(self, images: torch.Tensor, agent: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        return (self.encoder(images) if agent is None else self.encoder(images, agent=agent)).losses
+    def forward(
+        self, images: torch.Tensor, agent: torch.Tensor | None = None, objects: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        labels = {k: v for k, v in (("agent", agent), ("objects", objects)) if v is not None}
+        return self.encoder(images, **labels).losses
 
 
 class _Trainer:
@@ -279,7 +282,11 @@ class _Trainer:
         index = self.rng.integers(len(frames), size=self.batch_size)
         images = frames.batch(index, self.device)
         with autocast(config.precision, self.device):
-            losses = self.forward(images, frames.agent_batch(index, self.device) if model.uses_agent else None)
+            losses = self.forward(
+                images,
+                frames.agent_batch(index, self.device) if model.uses_agent else None,
+                frames.object_batch(index, self.device) if model.uses_objects else None,
+            )
         self.optimizer.zero_grad(set_to_none=True)
         losses["loss"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)

@@ -84,6 +84,31 @@ def test_a_run_with_an_agent_particle_scores_its_keypoint(frames_path, tmp_path)
     assert load_encoder(run / "final").uses_agent
 
 
+def test_object_points_are_the_objects_places_and_hidden_ones_are_nan(frames_path):
+    frames = Frames(frames_path)
+    assert frames.object_points.shape == (len(frames), 2, 2, 2) and frames.object_points.dtype == np.float32
+    batch = frames.object_batch(np.arange(len(frames))).numpy()
+    misses, hidden = [], 0
+    for i in range(len(frames)):
+        for v in range(frames.views):
+            for j in range(2):
+                ys, xs = np.nonzero(frames.segmentation[i, v] == j + 2)
+                if len(xs) >= 4:
+                    centre = (np.array([xs.mean(), ys.mean()]) + 0.5) / 16 - 1
+                    misses.append(np.linalg.norm(batch[i, v, j] - centre) * 16)
+                else:
+                    hidden += 1
+                    assert np.isnan(batch[i, v, j]).all()  # too few pixels: not supervised
+    assert len(misses) > 10 and np.nanmedian(misses) < 1.0, misses  # pixels at 32 px (cubes' tops shift it a bit)
+
+
+def test_a_run_trains_with_the_object_loss(frames_path, tmp_path):
+    options = (*TINY["particles"], "agent_weight=1", "object_weight=1")
+    run = train(tiny(frames_path, tmp_path, "particles", options=options)).run_dir
+    header = (run / "tb" / "progress.csv").read_text().splitlines()[0]
+    assert load_encoder(run / "final").uses_objects and "eval/fg_ari" in header
+
+
 def test_init_starts_from_a_trained_encoder_and_refuses_another_architecture(frames_path, tmp_path):
     first = train(tiny(frames_path, tmp_path / "a", "particles", lr=1e-2)).run_dir / "final"
     trained = load_encoder(first).state_dict()

@@ -7,7 +7,7 @@ import torch
 
 import ecrl.envs  # noqa: F401  (registers the environments)
 from ecrl.encoders import particles
-from ecrl.encoders.glimpses import agent_loss, composite, reconstruction_loss
+from ecrl.encoders.glimpses import agent_loss, composite, object_loss, reconstruction_loss
 from ecrl.encoders.particles import PARTICLE_FIELDS, ParticleConfig, ParticleEncoder
 
 SMALL = {"image_size": 32, "glimpse": 8, "prior_keypoints": 8, "width": 16}
@@ -244,14 +244,14 @@ def test_agent_particle_reads_its_own_heatmap_and_the_others_keep_off_it():
     logits = torch.zeros(1, 2, 16, 16)
     logits[0, 0, 3, 12] = 30.0  # the agent heatmap peaks on cell (x 12, y 3)
     to_px = lambda kp: (kp + 1) * 32 - 0.5  # noqa: E731
-    plain = to_px(ParticleEncoder(ParticleConfig(entities=2))._keypoints(logits, image)[0])
-    agent = to_px(ParticleEncoder(ParticleConfig(entities=2, agent_weight=1.0))._keypoints(logits, image)[0])
+    plain = to_px(ParticleEncoder(ParticleConfig(entities=2))._keypoints(logits, image)[0][0])
+    agent = to_px(ParticleEncoder(ParticleConfig(entities=2, agent_weight=1.0))._keypoints(logits, image)[0][0])
     assert torch.dist(plain[0], torch.tensor([11.0, 31.0])) < 3  # the saliency wins without the option (a 4 px cell)
     assert torch.dist(agent[0], torch.tensor([12 * 4 + 1.5, 3 * 4 + 1.5])) < 1.0  # the heatmap's cell centre
     assert torch.dist(agent[1], torch.tensor([11.0, 31.0])) < 3  # the dot goes to the next particle
     spread = torch.zeros(1, 2, 16, 16)
     spread[0, 0, 3, 12], spread[0, 0, 12, 3] = 4.0, 3.0  # a peak, and mass elsewhere that a plain mean would follow
-    agent = to_px(ParticleEncoder(ParticleConfig(entities=2, agent_weight=1.0))._keypoints(spread, image)[0])
+    agent = to_px(ParticleEncoder(ParticleConfig(entities=2, agent_weight=1.0))._keypoints(spread, image)[0][0])
     assert torch.dist(agent[0], torch.tensor([12 * 4 + 1.5, 3 * 4 + 1.5])) < 2.0
 
 
@@ -264,6 +264,57 @@ def test_agent_loss_measures_the_agent_heatmap_and_skips_views_without_the_pushe
     assert loss(peaked, slice(2, 3)) == 0  # the out-of-view image counts for nothing
     behind = torch.full((1, 2), float("nan"))  # a point behind the camera projects to NaN
     assert agent_loss(peaked[:1], behind).item() == 0
+
+
+def test_object_loss_gives_each_shown_object_its_own_particle():
+    """Objects claim the nearest free particle (not the agent's, before ``first``), pay its heatmap's KL and its
+    distance in pixels; an object not shown (NaN) pays nothing."""
+    heat = torch.zeros(1, 3, 8, 8)
+    heat[0, 1, 6, 2] = heat[0, 2, 2, 5] = 6.0  # particles 1 and 2 peak on the cells of the two targets
+    targets = torch.tensor([[[-0.375, 0.625], [0.375, -0.375]]])  # cell centres (x 2, y 6) and (x 5, y 2)
+    mu = torch.tensor([[[-0.375, 0.625], [-0.375, 0.625], [0.375, -0.375]]])  # particle 0 also sits on object 0
+    on_target = object_loss(heat, mu, targets, first=1, image_size=32).item()
+    swapped = object_loss(heat[:, [0, 2, 1]], mu[:, [0, 2, 1]], targets, first=1, image_size=32).item()
+    assert on_target == pytest.approx(swapped)  # the claim follows the particles, whatever their order
+    merged = mu.clone()
+    merged[0, 2] = merged[0, 1]  # both objects near one particle: the second object must take another
+    assert object_loss(heat, merged, targets, first=1, image_size=32).item() > on_target + 5  # 8 px off, one of two
+    flat = object_loss(heat, mu, targets, first=0, image_size=32).item()  # object 0 claims particle 0 (flat heatmap)
+    assert flat > on_target + 0.5
+    hidden = targets.clone()
+    hidden[0, 1] = float("nan")
+    alone = object_loss(heat, mu, hidden, first=1, image_size=32).item()
+    assert alone == pytest.approx(object_loss(heat[:, :2], mu[:, :2], targets[:, :1], first=1, image_size=32).item())
+    assert object_loss(heat, mu, torch.full_like(targets, float("nan")), first=1, image_size=32).item() == 0
+
+
+def test_object_loss_trains_keypoints_onto_objects_and_bad_targets_raise(frames):
+    torch.manual_seed(0)
+    enc = ParticleEncoder(ParticleConfig(entities=3, object_weight=1.0, **SMALL))
+    targets = torch.tensor([[0.5, -0.5], [-0.5, 0.5]]).expand(frames.shape[0], 2, 2, 2)
+
+    def nearest() -> torch.Tensor:  # per object, the distance of its nearest particle, from the images alone
+        enc.eval()
+        with torch.no_grad():
+            keypoints = enc(frames).positions  # (B, V, K, 2)
+        enc.train()
+        return (keypoints[:, :, :, None] - targets[:, :, None]).norm(dim=-1).amin(2)
+
+    fresh = nearest()
+    opt = torch.optim.Adam(enc.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(60):
+        out = enc(frames, objects=targets)
+        losses.append(out.losses["objects"].item())
+        opt.zero_grad()
+        out.losses["loss"].backward()
+        opt.step()
+    assert losses[-1] < 0.5 * losses[0], (losses[0], losses[-1])
+    trained = nearest()
+    assert trained.mean() < 0.5 * fresh.mean(), (fresh.mean(), trained.mean())
+    assert enc(frames).losses["objects"].item() == 0
+    with pytest.raises(ValueError, match="objects: expected a tensor of shape"):
+        enc(frames, objects=targets[:, :, 0])
 
 
 def test_agent_loss_trains_the_agent_keypoint_and_bad_targets_raise(frames):
