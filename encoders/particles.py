@@ -45,6 +45,11 @@ VAE whose latent is that set of particles:
   alone. The other keypoints come after it and are suppressed around it, so the particle of an
   object that touches the pusher is less often also the pusher's (the merge that holds a plain
   particle encoder's FG-ARI near 0.78 where things touch; measured in ``results/encoders/agent``).
+- **Object loss** (``object_weight > 0``, off by default). Training also passes the objects' projected
+  positions, and each object shown claims the nearest particle no earlier object claimed: its heatmap is fitted
+  to a Gaussian on the object and its refined keypoint pays the distance (:func:`~ecrl.encoders.glimpses.object_loss`).
+  These are the simulator's labels, which a robot does not have; encoding still reads images alone
+  (``results/encoders/objects``).
 
 Entity rows (before the view embedding): ``mu`` (2), scale (2), depth (1), transparency (1), visual
 latent mean (``feature_dim``): see :meth:`ParticleEncoder.fields`. Every particle is reported present (mask
