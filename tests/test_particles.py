@@ -288,6 +288,19 @@ def test_object_loss_gives_each_shown_object_its_own_particle():
     assert object_loss(heat, mu, torch.full_like(targets, float("nan")), first=1, image_size=32).item() == 0
 
 
+def _fit(enc: ParticleEncoder, frames: torch.Tensor, term: str, **labels: torch.Tensor) -> list[float]:
+    """60 Adam steps of ``enc``'s total loss on ``frames`` with the training ``labels``; the ``term`` loss at each."""
+    opt = torch.optim.Adam(enc.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(60):
+        out = enc(frames, **labels)
+        losses.append(out.losses[term].item())
+        opt.zero_grad()
+        out.losses["loss"].backward()
+        opt.step()
+    return losses
+
+
 def test_object_loss_trains_keypoints_onto_objects_and_bad_targets_raise(frames):
     torch.manual_seed(0)
     enc = ParticleEncoder(ParticleConfig(entities=3, object_weight=1.0, **SMALL))
@@ -301,14 +314,7 @@ def test_object_loss_trains_keypoints_onto_objects_and_bad_targets_raise(frames)
         return (keypoints[:, :, :, None] - targets[:, :, None]).norm(dim=-1).amin(2)
 
     fresh = nearest()
-    opt = torch.optim.Adam(enc.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(60):
-        out = enc(frames, objects=targets)
-        losses.append(out.losses["objects"].item())
-        opt.zero_grad()
-        out.losses["loss"].backward()
-        opt.step()
+    losses = _fit(enc, frames, "objects", objects=targets)
     assert losses[-1] < 0.5 * losses[0], (losses[0], losses[-1])
     trained = nearest()
     assert trained.mean() < 0.5 * fresh.mean(), (fresh.mean(), trained.mean())
@@ -321,14 +327,7 @@ def test_agent_loss_trains_the_agent_keypoint_and_bad_targets_raise(frames):
     torch.manual_seed(0)
     enc = ParticleEncoder(ParticleConfig(entities=3, agent_weight=1.0, **SMALL))
     target = torch.tensor([0.5, -0.5]).expand(frames.shape[0], 2, 2)
-    opt = torch.optim.Adam(enc.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(60):
-        out = enc(frames, agent=target)
-        losses.append(out.losses["agent"].item())
-        opt.zero_grad()
-        out.losses["loss"].backward()
-        opt.step()
+    losses = _fit(enc, frames, "agent", agent=target)
     assert losses[-1] < 0.1 * losses[0], (losses[0], losses[-1])
     enc.eval()
     with torch.no_grad():
