@@ -88,7 +88,7 @@ def test_object_points_are_the_objects_places_and_hidden_ones_are_nan(frames_pat
     frames = Frames(frames_path)
     assert frames.object_points.shape == (len(frames), 2, 2, 2) and frames.object_points.dtype == np.float32
     batch = frames.object_batch(np.arange(len(frames))).numpy()
-    misses, hidden = [], 0
+    misses = []
     for i in range(len(frames)):
         for v in range(frames.views):
             for j in range(2):
@@ -97,7 +97,6 @@ def test_object_points_are_the_objects_places_and_hidden_ones_are_nan(frames_pat
                     centre = (np.array([xs.mean(), ys.mean()]) + 0.5) / 16 - 1
                     misses.append(np.linalg.norm(batch[i, v, j] - centre) * 16)
                 else:
-                    hidden += 1
                     assert np.isnan(batch[i, v, j]).all()  # too few pixels: not supervised
     assert len(misses) > 10 and np.nanmedian(misses) < 1.0, misses  # pixels at 32 px (cubes' tops shift it a bit)
 
