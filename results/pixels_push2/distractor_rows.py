@@ -110,9 +110,9 @@ class Distracted:
         self.policy.reset(*args)
 
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        rows = np.asarray(obs["observation"], np.float32)
         if self.k == 0:
             return self.policy.act(obs)
+        rows = np.asarray(obs["observation"], np.float32)
         if self.rows is None or len(self.rows) != len(rows):
             self.rows = distractor_rows(self.rng, (len(rows), self.k), self.style)
         noisy = jittered(self.rows, self.rng, self.jitter)
